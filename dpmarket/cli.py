@@ -1,0 +1,71 @@
+"""The command line: parse, call, print. Nothing else lives here."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dpmarket.errors import DPMarketError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpmarket", description=(
+        "Simulate private, asynchronous data collaborations (DP gradient queries)."))
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a scenario and write a run directory")
+    run.add_argument("scenario", type=Path)
+    run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    _add_set(run)
+    check = sub.add_parser("validate", help="check a scenario file and print it resolved")
+    check.add_argument("scenario", type=Path)
+    check.add_argument("--quiet", action="store_true", help="print nothing when valid")
+    _add_set(check)
+    return parser
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a scenario key (repeatable)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``python -m dpmarket`` and the ``dpmarket`` script."""
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "validate":
+            return _validate(args)
+        return _run(args)
+    except DPMarketError as exc:
+        print(f"dpmarket: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dpmarket: interrupted; nothing was written", file=sys.stderr)
+        return 130
+
+
+def _load(args: argparse.Namespace):
+    from dpmarket.scenario import load
+
+    overrides = list(args.overrides)
+    if getattr(args, "seed", None) is not None:
+        overrides.append(f"seed={args.seed}")
+    return load(args.scenario, overrides)
+
+
+def _validate(args: argparse.Namespace) -> int:
+    scenario = _load(args)
+    if not args.quiet:
+        print(scenario.to_toml(), end="")
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dpmarket import results
+
+    scenario = _load(args)
+    out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
+    result = results.run_and_write(scenario, out)
+    print(results.summary_table(result, out))
+    return 0

@@ -1,0 +1,141 @@
+"""Synthetic data owners shaped like the papers' hospitals, banks and card issuers.
+
+Each kind is a small generative model ("profile"): correlated features standing in for the
+papers' PCA components, a linear signal, and label noise with the right shape (right-skewed
+for length of stay, tight for interest rates, an imbalanced class for fraud). Owners are not
+identically distributed: owner i's features are shifted by a random vector of standard
+deviation ``shift_i`` and, for regression, its labels by a random offset (a hospital effect).
+
+Every feature is clipped into ``[−X, X]`` and every regression label into ``[−Y, Y]`` by the
+owner before it answers, so the sensitivity bound of design §3 holds for any draw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmarket import rng as streams
+from dpmarket.scenario import LognormalSizes, ParetoSizes, Scenario, UniformSizes
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Shape of one kind of data: what the labels are and how noisy and skewed they are."""
+
+    task: str  # "regression" or "classification"
+    owner_prefix: str
+    label_noise: float  # standard deviation of the label noise (regression)
+    skew: float  # gamma shape of the noise; 0 means Gaussian
+    feature_scale: float  # standard deviation of each feature before clipping
+    correlation: float  # AR(1) correlation between neighbouring features
+    signal: float  # size of the true coefficients
+    positive_rate: float = 0.0  # classification: share of the +1 class
+
+
+PROFILES = {
+    # Length of stay: right-skewed around the mean, a modest share explained by the features.
+    "length_of_stay": Profile("regression", "hospital", 0.6, 2.0, 0.35, 0.3, 0.5),
+    # Interest rates: set almost entirely by grade and term, so little noise.
+    "interest_rate": Profile("regression", "bank", 0.25, 0.0, 0.35, 0.5, 0.6),
+    # Card fraud: a rare class whose features are shifted along a fraud signature.
+    "card_fraud": Profile("classification", "institution", 0.0, 0.0, 0.35, 0.2, 0.6, 0.1),
+}
+
+
+@dataclass(frozen=True)
+class Population:
+    """What is shared by all owners of one scenario: the true coefficients and intercept."""
+
+    coef: np.ndarray
+    intercept: float
+
+
+def owner_sizes(scenario: Scenario, seed: int) -> np.ndarray:
+    """Records per owner: the per-owner override, else the list, the fixed number, or a draw."""
+    data = scenario.data
+    spec = data.records
+    if isinstance(spec, int):
+        sizes = np.full(data.owners, spec, dtype=np.int64)
+    elif isinstance(spec, list):
+        sizes = np.array(spec, dtype=np.int64)
+    else:
+        sizes = draw_sizes(spec, data.owners, streams.stream(seed, "sizes"))
+    for i, owner in enumerate(scenario.owners):
+        if owner.records is not None:
+            sizes[i] = owner.records
+    return sizes
+
+
+def draw_sizes(spec: ParetoSizes | LognormalSizes | UniformSizes, count: int,
+               gen: np.random.Generator) -> np.ndarray:
+    """``count`` sizes from a size distribution, floored at its minimum and capped at its maximum."""
+    if isinstance(spec, UniformSizes):
+        return gen.integers(spec.minimum, spec.maximum, endpoint=True, size=count)
+    if isinstance(spec, ParetoSizes):
+        raw = spec.minimum * (1.0 + gen.pareto(spec.alpha, size=count))
+    else:
+        raw = spec.median * np.exp(spec.sigma * gen.standard_normal(count))
+    cap = np.inf if spec.maximum is None else spec.maximum
+    return np.clip(np.floor(raw), spec.minimum, cap).astype(np.int64)
+
+
+def population(profile: Profile, features: int, gen: np.random.Generator) -> Population:
+    """Draw the coefficients shared by every owner."""
+    idx = np.arange(features)
+    # Coefficients decay like the weights of successive principal components.
+    coef = profile.signal * gen.uniform(0.3, 1.0, features) * gen.choice([-1.0, 1.0], features)
+    coef *= 0.85 ** idx
+    return Population(coef, float(gen.uniform(-0.3, 0.3)))
+
+
+def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
+                   y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+    """One owner's records as a block of shape (p + 2, n): features, a row of ones, labels.
+
+    Records are stored one variable per row so every step below is a contiguous vector
+    operation and the sufficient statistics are a single product ``block @ block.T``.
+    Features follow an AR(1) correlation across columns (like neighbouring principal
+    components), shifted per owner, and are clipped into ``[−x_bound, x_bound]``.
+    """
+    p = len(pop.coef)
+    block = np.empty((p + 2, n))
+    X = block[:p]
+    gen.standard_normal(out=X)
+    r = profile.correlation
+    for j in range(1, p):  # X_j = r X_{j−1} + sqrt(1 − r²) U_j: unit variance, corr r^|i−j|
+        X[j] *= np.sqrt(1.0 - r * r)
+        X[j] += r * X[j - 1]
+    X *= profile.feature_scale
+    X += shift * gen.standard_normal((p, 1))
+    block[p] = 1.0
+    if profile.task == "classification":
+        prior = np.log(profile.positive_rate / (1 - profile.positive_rate))
+        positive = gen.random(n) < _expit(prior + shift * gen.standard_normal())
+        X += pop.coef[:, None] * positive
+        np.clip(X, -x_bound, x_bound, out=X)
+        block[p + 1] = np.where(positive, 1.0, -1.0)
+        return block
+    np.clip(X, -x_bound, x_bound, out=X)
+    y = block[p + 1]
+    np.dot(pop.coef, X, out=y)
+    y += pop.intercept + 0.5 * shift * gen.standard_normal() + _label_noise(profile, noise, n, gen)
+    np.clip(y, -y_bound, y_bound, out=y)
+    return block
+
+
+def _label_noise(profile: Profile, sd: float, n: int, gen: np.random.Generator) -> np.ndarray:
+    if profile.skew <= 0:
+        return sd * gen.standard_normal(n)
+    k = profile.skew  # centred gamma: mean 0, standard deviation sd, right tail like LOS
+    return sd * (gen.standard_gamma(k, n) - k) / np.sqrt(k)
+
+
+def _expit(x: float) -> float:
+    return float(1.0 / (1.0 + np.exp(-x)))
+
+
+def default_name(profile: Profile, index: int, count: int) -> str:
+    """``hospital-007``-style names, zero-padded to the number of owners."""
+    return f"{profile.owner_prefix}-{index + 1:0{len(str(count))}d}"

@@ -1,0 +1,49 @@
+"""The project's exceptions: every error dpmarket raises on purpose derives from DPMarketError.
+
+The CLI turns a DPMarketError into one line on stderr and exit status 2; anything else is a
+bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DPMarketError(Exception):
+    """Base class of all errors a user can cause (bad scenario, missing file, bad value)."""
+
+
+class ScenarioError(DPMarketError):
+    """A scenario file, or an override, that cannot be turned into a valid scenario.
+
+    Carries the file, the dotted key path and the offending value so that the message names
+    all three, as in ``ny.toml: data.owners = -3: must be >= 1``.
+    """
+
+    def __init__(self, source: str, key: str, value: Any, reason: str) -> None:
+        self.source, self.key, self.value, self.reason = source, key, value, reason
+        where = f"{source}: {key}" if key else source
+        shown = "" if value is _MISSING else f" = {value!r}"
+        super().__init__(f"{where}{shown}: {reason}")
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_MISSING: Any = _Missing()
+
+
+class RunDirectoryError(DPMarketError):
+    """An output directory that cannot be used (exists and is not empty, cannot be created)."""
+
+
+class BudgetExhaustedError(DPMarketError):
+    """Raised by the accountant when a charge would take an owner beyond its budget."""
+
+    def __init__(self, owner: int, spent: float, charge: float, budget: float) -> None:
+        self.owner, self.spent, self.charge, self.budget = owner, spent, charge, budget
+        super().__init__(
+            f"owner {owner}: charge {charge!r} on top of {spent!r} would exceed budget {budget!r}"
+        )

@@ -1,0 +1,61 @@
+"""The event log: one immutable typed row per event, streamed to ``events.csv`` as the run goes.
+
+Rows are written immediately (buffered by the file object), so memory stays flat however long
+a run is; per-kind counts are kept for the summary. Floats are written with ``repr`` so the same
+run always produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
+
+KINDS = ("query", "response", "refusal", "update")
+COLUMNS = ("time", "kind", "owner", "k", "epsilon_spent")
+
+
+class Event(NamedTuple):
+    """One row of ``events.csv``; ``k`` is None where the event is not an exchange's update."""
+
+    time: float
+    kind: str
+    owner: int
+    k: int | None = None
+    epsilon_spent: float | None = None
+
+
+class EventLog:
+    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.counts: Counter[str] = Counter()
+        self.counts_by_owner: Counter[tuple[str, int]] = Counter()
+        self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
+        self._writer = csv.writer(self._file, lineterminator="\n") if self._file else None
+        if self._writer:
+            self._writer.writerow(COLUMNS)
+
+    def emit(self, event: Event) -> None:
+        """Record one event."""
+        self.counts[event.kind] += 1
+        self.counts_by_owner[event.kind, event.owner] += 1
+        if self._writer:
+            self._writer.writerow(["" if v is None else _text(v) for v in event])
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        if self._file:
+            self._file.close()
+            self._file = self._writer = None
+
+    def __enter__(self) -> EventLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _text(value: object) -> str:
+    return repr(value) if isinstance(value, float) else str(value)

@@ -1,0 +1,73 @@
+"""Figures of a run: ψ against k, and the owner of each update against k (papers' Figs 4/9).
+
+The drawing functions take :class:`RunFigures`, plain picklable data, so figures can be drawn
+in a helper process that imports matplotlib while the main process is still simulating.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never needs a display
+from matplotlib.figure import Figure  # noqa: E402
+
+# No timestamps or versions in the files: the same run gives the same bytes.
+_METADATA = {"Software": None}
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """What the run figures show, detached from the run's live objects."""
+
+    title: str
+    k: list[int]
+    psi: list[float]
+    own_psi_median: float
+    sequence: list[int]  # i_k per update; empty for synchronous learners
+    owners: int
+
+
+def draw_run(data: RunFigures, directory: str | Path) -> None:
+    """Write ``psi.png`` (and ``timeline.png`` for asynchronous runs) into ``directory``."""
+    directory = Path(directory)
+    psi_against_k(data, directory / "psi.png")
+    if data.sequence:
+        owner_sequence(data, directory / "timeline.png")
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.savefig(path, dpi=100, metadata=_METADATA)
+
+
+def psi_against_k(data: RunFigures, path: Path) -> None:
+    """ψ(θ_L,k) on a log axis against the iteration k, with the median own-data ψ for scale."""
+    fig = Figure(figsize=(6.4, 4.0))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    ax = fig.subplots()
+    points = [(k, p) for k, p in zip(data.k, data.psi, strict=True) if p > 0]
+    if points:
+        ax.semilogy(*zip(*points, strict=True), color="black", lw=1.4, label="ψ(θ_L,k)")
+    ax.axhline(data.own_psi_median, color="tab:blue", ls="--", lw=1,
+               label="median own-data ψ(θ_i*)")
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("relative fitness ψ")
+    ax.set_title(data.title, fontsize=10)
+    ax.legend(fontsize=8)
+    _save(fig, path)
+
+
+def owner_sequence(data: RunFigures, path: Path) -> None:
+    """Which owner i_k was served at each update k (one dot per update)."""
+    fig = Figure(figsize=(6.4, 3.6))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
+    ax = fig.subplots()
+    ax.scatter(range(1, len(data.sequence) + 1), [i + 1 for i in data.sequence], s=4,
+               color="black", lw=0)
+    ax.set_xlabel("iteration k")
+    ax.set_ylabel("owner i_k")
+    ax.set_ylim(0.5, data.owners + 0.5)
+    ax.set_title(f"{data.title}: owner of each update", fontsize=10)
+    _save(fig, path)

@@ -1,0 +1,112 @@
+"""Differential privacy of the owners' answers: sensitivity, the Laplace mechanism, the accountant.
+
+Theorem 1 of the papers: one answer ``Q_i(θ̄) = (1/n_i) Σ ∇ℓ(θ̄; z, y)`` has L1 sensitivity
+``2Ξ/n_i`` when ``Ξ ≥ sup ‖∇ℓ‖₁``. An owner that may answer up to ``m_i`` queries and splits
+``ε_i`` evenly (basic composition) adds Laplace noise of scale ``b_i = 2Ξ m_i/(n_i ε_i)`` to
+every coordinate, and must refuse the (m_i+1)-th query. The :class:`Accountant` enforces that
+refusal for any schedule of queries, with exact rational arithmetic so rounding can never let
+an owner's spent ε creep past its budget.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from dpmarket.errors import BudgetExhaustedError
+
+SPLITS = ("horizon", "capped")
+
+
+def laplace_scale(xi: float, answers: int, n_records: int, epsilon: float) -> float:
+    """Per-coordinate Laplace scale ``2Ξm/(nε)`` for one of ``answers`` equal-share answers."""
+    if xi <= 0 or answers < 1 or n_records < 1 or epsilon <= 0:
+        raise ValueError(
+            f"Laplace scale needs Ξ > 0, m ≥ 1, n ≥ 1, ε > 0; got Ξ={xi}, m={answers}, "
+            f"n={n_records}, ε={epsilon}"
+        )
+    return 2.0 * xi * answers / (n_records * epsilon)
+
+
+def answer_cap(split: str, iterations: int, share: float, cap: int | None,
+               quantile: float) -> int:
+    """m_i: the number of answers an owner's budget is split over.
+
+    ``horizon``: m_i = T, as in the papers (any schedule could send every query to one owner).
+    ``capped``: m_i = ``cap`` when given, else the ``quantile`` of Binomial(T, share), the
+    owner's number of queries when each exchange goes to it with probability ``share``.
+    """
+    if split == "horizon":
+        return int(iterations)
+    if split != "capped":
+        raise ValueError(f"Unknown budget split {split!r}; expected one of {', '.join(SPLITS)}")
+    if cap is not None:
+        return int(cap)
+    from scipy import stats  # deferred: scipy.stats is slow to import and rarely needed
+
+    return max(1, int(stats.binom.ppf(quantile, iterations, share)))
+
+
+def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
+    """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping)."""
+    norms = np.abs(grads).sum(axis=1)
+    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    return grads * factor[:, None]
+
+
+class LaplaceNoise:
+    """Independent Laplace(0, b) noise for one owner's answers, drawn in blocks for speed.
+
+    Each owner has its own stream, so the j-th answer of an owner always carries the same
+    draw whatever the schedule of other owners (common random numbers across policies).
+    Blocks do not change the values: numpy draws Laplace variates one after another.
+    """
+
+    def __init__(self, rng: np.random.Generator, scale: float, dim: int, block: int = 256):
+        self.rng, self.scale, self.dim, self.block = rng, float(scale), dim, block
+        self._buf = np.empty((0, dim))
+        self._pos = 0
+
+    def draw(self) -> np.ndarray:
+        """One noise vector w with i.i.d. Laplace(0, scale) coordinates."""
+        if self._pos == len(self._buf):
+            self._buf = self.rng.laplace(0.0, 1.0, size=(self.block, self.dim))
+            self._pos = 0
+        w = self._buf[self._pos] * self.scale
+        self._pos += 1
+        return w
+
+
+class Accountant:
+    """One owner's ε ledger under basic composition: spent = Σ charges, never above the budget.
+
+    Charges are exact rationals (the float ε_i is converted exactly), so ``m_i`` charges of
+    ``ε_i/m_i`` sum to ``ε_i`` exactly and an (m_i+1)-th is refused, never let through by
+    rounding. Refusal does not depend on who asks or when: it holds for any schedule.
+    """
+
+    def __init__(self, owner: int, budget: float) -> None:
+        if not budget > 0:
+            raise ValueError(f"Privacy budget must be positive, got {budget}")
+        self.owner, self.budget = owner, Fraction(float(budget))
+        self.spent = Fraction(0)
+        self.answers = 0
+
+    @staticmethod
+    def even_share(budget: float, answers: int) -> Fraction:
+        """The exact charge of one of ``answers`` equal shares of ``budget``."""
+        return Fraction(float(budget)) / int(answers)
+
+    def can_pay(self, charge: Fraction) -> bool:
+        """Whether ``charge`` fits in what is left of the budget."""
+        return self.spent + charge <= self.budget
+
+    def pay(self, charge: Fraction) -> None:
+        """Record one answer costing ``charge``; raises BudgetExhaustedError if it would not fit."""
+        if charge <= 0:
+            raise ValueError(f"Non-positive privacy charge {charge}")
+        if not self.can_pay(charge):
+            raise BudgetExhaustedError(self.owner, float(self.spent), float(charge), float(self.budget))
+        self.spent += charge
+        self.answers += 1

@@ -1,0 +1,173 @@
+"""Run directories (design §7): written whole or not at all, with the resolved scenario.
+
+Files are written into a hidden sibling directory which is renamed into place only when the
+run succeeded, so a failed or interrupted run never leaves a half-written directory behind.
+An existing *run* directory at the target is replaced; any other non-empty directory is an
+error rather than something dpmarket would silently overwrite.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from dpmarket.errors import RunDirectoryError
+from dpmarket.run import RunResult, is_async
+
+RUN_MARKER = "summary.json"
+
+
+@contextmanager
+def run_directory(target: Path) -> Iterator[Path]:
+    """Yield a staging directory; on success it atomically becomes ``target``."""
+    target = Path(target)
+    if target.exists() and (not target.is_dir() or
+                            (any(target.iterdir()) and not (target / RUN_MARKER).exists())):
+        raise RunDirectoryError(
+            f"{target}: exists and is not a dpmarket run directory; choose another --out")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    except OSError as exc:
+        raise RunDirectoryError(f"{target}: cannot create: {exc.strerror}") from None
+    try:
+        yield staging
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
+
+
+def write_run(result: RunResult, directory: Path, plots: bool = True) -> None:
+    """Write every table, the summary and the figures of ``result`` into ``directory``."""
+    (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
+    write_metrics(result, directory / "metrics.csv")
+    write_owners(result, directory / "owners.csv")
+    (directory / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n",
+                                            encoding="utf-8")
+    if plots:
+        from dpmarket import plots as figures  # deferred: matplotlib is slow to import
+
+        figures.draw_run(figures.RunFigures(**figure_data(result)), directory)
+
+
+def figure_data(result: RunResult) -> dict:
+    """The plain data the run figures need (see :class:`dpmarket.plots.RunFigures`)."""
+    s, m = result.scenario, result.training.metrics
+    eps = sorted({o.epsilon for o in result.owners})
+    eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
+    return {
+        "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
+        "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
+        "sequence": list(result.training.sequence) if is_async(result) else [],
+        "owners": len(result.owners),
+    }
+
+
+def write_metrics(result: RunResult, path: Path) -> None:
+    """``metrics.csv``: k, time, psi at the recorded iterations (the last one included)."""
+    m = result.training.metrics
+    _write_csv(path, ("k", "time", "psi"), zip(m.k, m.time, m.psi, strict=True))
+
+
+def owner_rows(result: RunResult) -> list[dict]:
+    """One dict per owner with the columns of ``owners.csv``."""
+    counts = result.training.log.counts_by_owner
+    rows = []
+    for o, own in zip(result.owners, result.own_psi, strict=True):
+        rows.append({
+            "owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
+            "queries": counts[("query", o.index)], "answers": o.ledger.answers,
+            "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
+            "answer_cap": o.answers_allowed, "noise_scale": o.scale, "own_psi": float(own),
+            "benefits": bool(result.psi_final < own),
+        })
+    return rows
+
+
+def write_owners(result: RunResult, path: Path) -> None:
+    """``owners.csv``: one row per owner."""
+    rows = owner_rows(result)
+    _write_csv(path, tuple(rows[0]), (r.values() for r in rows))
+
+
+def summary(result: RunResult) -> dict:
+    """The ``summary.json`` content (contract fields of design §7 first)."""
+    s, t, counts = result.scenario, result.training, result.training.log.counts
+    own = result.own_psi
+    return {
+        "scenario": s.name, "seed": s.seed, "owners": len(result.owners),
+        "records": int(result.consortium.sizes.sum()), "iterations": t.k,
+        "psi_final": result.psi_final, "collisions": 0, "dropouts": 0,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
+        "algorithm": s.learner.algorithm, "loss": s.model.loss,
+        "refusals": counts["refusal"], "queries": counts["query"],
+        "simulated_time": t.time, "sensitivity": result.owners[0].xi,
+        "f_star": result.objective.f_star,
+        "theta_star": [float(v) for v in result.objective.theta_star],
+        "theta_final": [float(v) for v in t.learner.model],
+        "own_psi_median": float(np.median(own)),
+        "owners_benefiting": int(np.sum(result.psi_final < own)),
+        "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
+        "step_curvature_max": result.step_curvature,
+    }
+
+
+def _write_csv(path: Path, header: tuple, rows) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
+
+
+def run_and_write(scenario, out: Path) -> RunResult:
+    """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success."""
+    from dpmarket.run import execute
+
+    with run_directory(out) as staging:
+        result = execute(scenario, staging / "events.csv")
+        write_run(result, staging, scenario.output.plots)
+    return result
+
+
+def summary_table(result: RunResult, out: Path) -> str:
+    """A short human-readable summary of a run, for the terminal."""
+    s = summary(result)
+    eps = sorted({o.epsilon for o in result.owners})
+    eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
+    sizes = result.consortium.sizes
+    lines = [
+        f"scenario      {s['scenario']} (seed {s['seed']})",
+        f"owners        {s['owners']}  records {s['records']:,}  "
+        f"(per owner {sizes.min():,}…{sizes.max():,})",
+        f"model         {s['loss']} loss, {s['algorithm']} learner, ε = {eps_text}, "
+        f"Ξ = {s['sensitivity']:.4g}",
+        f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
+        f"queries {s['queries']}, refusals {s['refusals']}",
+        f"psi final     {s['psi_final']:.4g}   (median own-data ψ {s['own_psi_median']:.4g}; "
+        f"{s['owners_benefiting']} of {s['owners']} owners benefit)",
+        f"max ε spent   {s['epsilon_spent_max']:.4g}",
+        *_stability_warning(s["step_curvature_max"]),
+        f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
+        f"written to    {out}",
+    ]
+    return "\n".join(lines)
+
+
+def _stability_warning(curvature: float | None) -> list[str]:
+    if curvature is None or curvature <= 2.0:
+        return []
+    return [f"warning       largest owner step x curvature = {curvature:.3g} > 2: the largest "
+            f"owners' copies oscillate; lower learner.rho"]

@@ -1,0 +1,146 @@
+"""One training run: the protocol between the learner and the owners, logged and measured.
+
+:class:`Training` performs exchanges (query → private answer or refusal → update) and records
+every step as an event and ψ(θ_L) at the chosen iterations. *Who* talks *when* is decided
+elsewhere: :func:`run_uniform` picks owners uniformly at random at the ticks of superposed
+unit-rate Poisson clocks (the papers' model); the SimPy engine will call the same methods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpmarket.events import Event, EventLog
+from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
+from dpmarket.models import Objective
+from dpmarket.owners import DataOwner
+
+
+@dataclass
+class Metrics:
+    """ψ of the published model at recorded iterations (rows of ``metrics.csv``)."""
+
+    k: list[int] = field(default_factory=list)
+    time: list[float] = field(default_factory=list)
+    psi: list[float] = field(default_factory=list)
+
+    def add(self, k: int, time: float, psi: float) -> None:
+        """Append one measurement (ignored if iteration k is already recorded)."""
+        if not self.k or self.k[-1] != k:
+            self.k.append(k)
+            self.time.append(time)
+            self.psi.append(psi)
+
+
+def record_points(iterations: int, points: int) -> np.ndarray:
+    """About ``points`` iterations evenly spread over 0…T, always including 0 and T."""
+    return np.unique(np.linspace(0, iterations, min(points, iterations) + 1).round().astype(int))
+
+
+class Training:
+    """State of one run: learner, owners, objective (for ψ), event log and metrics."""
+
+    def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
+                 objective: Objective, log: EventLog, record_at: np.ndarray) -> None:
+        self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
+        self.record_at = np.zeros(int(record_at.max()) + 1, dtype=bool)
+        self.record_at[record_at] = True
+        self.metrics = Metrics()
+        self.sequence: list[int] = []  # i_k, the owner of the k-th update (papers' Figs 4 and 9)
+        self.time = 0.0
+        self._measure()
+
+    @property
+    def k(self) -> int:
+        """Completed updates."""
+        return self.learner.k
+
+    def exchange(self, owner: int, time: float) -> bool:
+        """One asynchronous exchange with ``owner`` at ``time``; False if the owner refused."""
+        self.time = time
+        theta_bar = self.learner.query_point(owner)
+        self.log.emit(Event(time, "query", owner))
+        answer = self._ask(owner, theta_bar, time)
+        if answer is None:
+            return False
+        self.learner.update(owner, theta_bar, answer)
+        self.sequence.append(owner)
+        self.log.emit(Event(time, "update", owner, self.k))
+        self._measure()
+        return True
+
+    def sync_round(self, time: float) -> bool:
+        """One synchronous round (every owner answers); False if any owner refused."""
+        self.time = time
+        theta = self.learner.query_point()
+        answers = []
+        for owner in range(len(self.owners)):
+            self.log.emit(Event(time, "query", owner))
+            answers.append(self._ask(owner, theta, time))
+        if any(a is None for a in answers):
+            return False
+        self.learner.update(np.array(answers))
+        self.log.emit(Event(time, "update", -1, self.k))
+        self._measure()
+        return True
+
+    def _ask(self, owner: int, theta: np.ndarray, time: float) -> np.ndarray | None:
+        who = self.owners[owner]
+        answer = who.respond(theta)
+        kind = "refusal" if answer is None else "response"
+        self.log.emit(Event(time, kind, owner, None, who.epsilon_spent))
+        return answer
+
+    def _measure(self) -> None:
+        k = self.k
+        if k < len(self.record_at) and self.record_at[k]:
+            self.metrics.add(k, self.time, self.objective.psi(self.learner.model))
+
+    def finish(self) -> None:
+        """Make sure the last iteration is measured, whatever stopped the run."""
+        self.metrics.add(self.k, self.time, self.objective.psi(self.learner.model))
+
+    @property
+    def all_exhausted(self) -> bool:
+        """True when no owner can answer any more."""
+        return all(o.exhausted for o in self.owners)
+
+    @property
+    def any_exhausted(self) -> bool:
+        """True when some owner cannot answer any more (a synchronous round is then impossible)."""
+        return any(o.exhausted for o in self.owners)
+
+
+def run_uniform(training: Training, iterations: int, selection: np.random.Generator,
+                clocks: np.random.Generator) -> str:
+    """Drive ``training`` to T updates, asking owners chosen uniformly at random.
+
+    Exchanges happen at the ticks of N superposed unit-rate Poisson clocks, so inter-exchange
+    times are Exp(N) and the ticking owner is uniform. Refusals cost a tick but no update.
+    Returns why the run stopped: ``"iterations"`` or ``"budgets exhausted"``.
+    """
+    N = len(training.owners)
+    synchronous = not isinstance(training.learner, AsyncLearner)
+    time = 0.0
+    while training.k < iterations:
+        if training.all_exhausted or (synchronous and training.any_exhausted):
+            training.finish()
+            return "budgets exhausted"
+        time += clocks.exponential(1.0 / N)
+        if synchronous:
+            training.sync_round(time)
+        else:
+            training.exchange(int(selection.integers(N)), time)
+    training.finish()
+    return "iterations"
+
+
+def make_learner(algorithm: str, sizes: np.ndarray, dim: int, iterations: int, rho: float,
+                 lam: float, theta_max: float, theta_l_step: str, weighting: str):
+    """The learner called ``algorithm`` (async, sync or sync_averaged)."""
+    if algorithm == "async":
+        return AsyncLearner(sizes, dim, iterations, rho, lam, theta_max, theta_l_step, weighting)
+    cls = {"sync": SyncLearner, "sync_averaged": SyncAveragedLearner}[algorithm]
+    return cls(sizes, dim, iterations, rho, lam, theta_max)
