@@ -12,18 +12,27 @@ from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
 
-KINDS = ("query", "response", "refusal", "update")
-COLUMNS = ("time", "kind", "owner", "k", "epsilon_spent")
+KINDS = ("tick", "request", "backoff", "collision", "loss", "dropout", "reconnect", "broadcast",
+         "query", "response", "refusal", "update", "idle")
+COLUMNS = ("time", "kind", "owner", "k", "epsilon_spent", "channel", "detail")
 
 
 class Event(NamedTuple):
-    """One row of ``events.csv``; ``k`` is None where the event is not an exchange's update."""
+    """One row of ``events.csv``.
+
+    ``owner`` is −1 for the learner's own events (a broadcast query, an idle slot, a
+    synchronous update); ``k`` is set on updates; ``epsilon_spent`` on responses and refusals
+    (the owner's total after answering); ``channel`` where a channel is involved; ``detail``
+    says why for losses and refusals.
+    """
 
     time: float
     kind: str
     owner: int
     k: int | None = None
     epsilon_spent: float | None = None
+    channel: int | None = None
+    detail: str | None = None
 
 
 class EventLog:

@@ -55,10 +55,35 @@ def write_run(result: RunResult, directory: Path, plots: bool = True) -> None:
     write_owners(result, directory / "owners.csv")
     (directory / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n",
                                             encoding="utf-8")
+    if result.network is not None:
+        write_channels(result, directory / "channels.csv")
+        write_topology(result, directory, plots)
     if plots:
         from dpmarket import plots as figures  # deferred: matplotlib is slow to import
 
         figures.draw_run(figures.RunFigures(**figure_data(result)), directory)
+
+
+def write_channels(result: RunResult, path: Path) -> None:
+    """``channels.csv``: per channel, owners, transmissions, collided ones, busy time, utilisation."""
+    net, horizon = result.network, result.training.time
+    rows = [(ch.index, int(np.sum(net.channel_of == ch.index)), ch.transmissions, ch.collided,
+             ch.busy_time, ch.utilisation(horizon)) for ch in net.channels]
+    _write_csv(path, ("channel", "owners", "transmissions", "collided", "busy_time",
+                      "utilisation"), rows)
+
+
+def write_topology(result: RunResult, directory: Path, draw: bool) -> None:
+    """``topology.graphml`` (and ``topology.png``): learner, channels, owners."""
+    from dpmarket.sim import topology
+
+    net = result.network
+    graph = topology.build(result.consortium.names, net.channel_of, net.rates,
+                           [o.epsilon for o in result.owners], result.consortium.sizes,
+                           len(net.channels))
+    topology.save(graph, directory / "topology.graphml")
+    if draw:
+        topology.draw(graph, directory / "topology.png")
 
 
 def figure_data(result: RunResult) -> dict:
@@ -91,8 +116,21 @@ def owner_rows(result: RunResult) -> list[dict]:
             "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
             "answer_cap": o.answers_allowed, "noise_scale": o.scale, "own_psi": float(own),
             "benefits": bool(result.psi_final < own),
+            **_network_columns(result, o.index, counts),
         })
     return rows
+
+
+def _network_columns(result: RunResult, i: int, counts) -> dict:
+    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime)."""
+    net = result.network
+    return {
+        "clock_rate": result.scenario.owner_value(i, "clock_rate"),
+        "channel": int(net.channel_of[i]) if net else "",
+        "exchanges": counts[("update", i)], "ticks": counts[("tick", i)],
+        "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
+        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[i]) if net else 0.0,
+    }
 
 
 def write_owners(result: RunResult, path: Path) -> None:
@@ -108,11 +146,15 @@ def summary(result: RunResult) -> dict:
     return {
         "scenario": s.name, "seed": s.seed, "owners": len(result.owners),
         "records": int(result.consortium.sizes.sum()), "iterations": t.k,
-        "psi_final": result.psi_final, "collisions": 0, "dropouts": 0,
+        "psi_final": result.psi_final, "collisions": counts["collision"],
+        "dropouts": counts["dropout"],
         "wall_seconds": round(result.wall_seconds, 3),
         "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
         "algorithm": s.learner.algorithm, "loss": s.model.loss,
-        "refusals": counts["refusal"], "queries": counts["query"],
+        "refusals": counts["refusal"], "queries": counts["query"], "losses": counts["loss"],
+        "idle_slots": counts["idle"], "ticks": counts["tick"], "requests": counts["request"],
+        "network_mode": s.network.mode,
+        "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,
         "f_star": result.objective.f_star,
         "theta_star": [float(v) for v in result.objective.theta_star],
@@ -122,6 +164,12 @@ def summary(result: RunResult) -> dict:
         "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
         "step_curvature_max": result.step_curvature,
     }
+
+
+def _utilisation(result: RunResult) -> list[float]:
+    if result.network is None:
+        return []
+    return [ch.utilisation(result.training.time) for ch in result.network.channels]
 
 
 def _write_csv(path: Path, header: tuple, rows) -> None:
@@ -156,6 +204,7 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"Ξ = {s['sensitivity']:.4g}",
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
+        *_network_lines(s),
         f"psi final     {s['psi_final']:.4g}   (median own-data ψ {s['own_psi_median']:.4g}; "
         f"{s['owners_benefiting']} of {s['owners']} owners benefit)",
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
@@ -164,6 +213,15 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"written to    {out}",
     ]
     return "\n".join(lines)
+
+
+def _network_lines(s: dict) -> list[str]:
+    if s["network_mode"] == "ideal":
+        return []
+    use = ", ".join(f"{u:.1%}" for u in s["channel_utilisation"][:8])
+    more = " …" if len(s["channel_utilisation"]) > 8 else ""
+    return [f"network       {s['network_mode']}: collisions {s['collisions']}, losses {s['losses']}, "
+            f"dropouts {s['dropouts']}, idle slots {s['idle_slots']}; channel use {use}{more}"]
 
 
 def _stability_warning(curvature: float | None) -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +22,9 @@ from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
 from dpmarket.scenario import Scenario
 from dpmarket.training import Training, make_learner, record_points, run_uniform
+
+if TYPE_CHECKING:
+    from dpmarket.sim import NetworkRun
 
 
 @dataclass
@@ -36,6 +40,7 @@ class RunResult:
     own_psi: np.ndarray  # ψ(θ_i*): each owner's own-data model scored on the whole f
     wall_seconds: float
     step_curvature: float | None = None
+    network: NetworkRun | None = None  # the SimPy engine's report, None in the ideal network
 
     @property
     def psi_final(self) -> float:
@@ -80,12 +85,25 @@ def execute(scenario: Scenario, events_path: Path | None = None) -> RunResult:
     with EventLog(events_path) as log:
         training = Training(learner, owners, objective, log,
                             record_points(lr.iterations, scenario.output.metric_points))
-        reason = run_uniform(training, lr.iterations, streams.stream(scenario.seed, "selection"),
-                             streams.stream(scenario.seed, "clocks"))
+        network = simulate(scenario, training, consortium.names)
+    reason = network.stop_reason if network else training.stop_reason
     own_psi = objective.psis(objective.own_data_models())
     curvature = step_curvature(learner, objective) if isinstance(learner, AsyncLearner) else None
     return RunResult(scenario, consortium, objective, owners, training, reason, own_psi,
-                     time.perf_counter() - start, curvature)
+                     time.perf_counter() - start, curvature, network)
+
+
+def simulate(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun | None:
+    """Decide who talks when: the ideal network's superposed clocks, or the SimPy engine."""
+    if scenario.network.mode != "ideal":
+        from dpmarket.sim import run_network  # deferred: SimPy is needed only here
+
+        return run_network(scenario, training, names)
+    rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(len(names))])
+    training.stop_reason = run_uniform(
+        training, scenario.learner.iterations, streams.stream(scenario.seed, "selection"),
+        streams.stream(scenario.seed, "clocks"), None if np.all(rates == rates[0]) else rates)
+    return None
 
 
 def step_curvature(learner: AsyncLearner, objective: Objective) -> float | None:

@@ -107,6 +107,45 @@ class Learner(_Strict):
     weighting: Literal["none", "inverse_frequency"] = "none"
 
 
+class Dropout(_Strict):
+    """Exponential online and offline periods (means in simulated time); unset: always online."""
+
+    mean_online: PosFloat | None = None
+    mean_offline: PosFloat | None = None
+
+
+class Window(_Strict):
+    """A fixed interval of simulated time [start, end)."""
+
+    start: NonNegFloat
+    end: PosFloat
+
+
+class Network(_Strict):
+    """Who talks to the learner, when, and what the channel does to the messages (design §5).
+
+    ``ideal``: every tick of the owners' superposed Poisson clocks is an exchange, at once and
+    without loss (the papers' model; the fast path, no SimPy). ``request`` and ``broadcast`` run
+    the SimPy engine with channels, collisions, losses, latency and dropouts.
+    """
+
+    mode: Literal["ideal", "request", "broadcast"] = "ideal"
+    clock_rate: PosFloat = 1.0
+    transmission_time: NonNegFloat = 0.0
+    latency: NonNegFloat = 0.0
+    collisions: bool = True
+    carrier_sense: bool = False
+    backoff: PosFloat = 1.0
+    max_attempts: PosInt = 16
+    loss_probability: Annotated[float, Field(ge=0, lt=1)] = 0.0
+    channels: PosInt = 1
+    broadcast_interval: PosFloat = 1.0
+    horizon: PosFloat | None = None
+    dropout: Dropout = Dropout()
+    outages: list[Window] = []
+    availability: str | None = None
+
+
 class OwnerSpec(_Strict):
     """Per-owner overrides of the defaults, applied to owners 1, 2, … in order."""
 
@@ -115,6 +154,11 @@ class OwnerSpec(_Strict):
     epsilon: PosFloat | None = None
     shift: NonNegFloat | None = None
     cap: PosInt | None = None
+    clock_rate: PosFloat | None = None
+    channel: Annotated[int, Field(ge=0)] | None = None
+    mean_online: PosFloat | None = None
+    mean_offline: PosFloat | None = None
+    outages: list[Window] | None = None
 
 
 class Output(_Strict):
@@ -134,6 +178,7 @@ class Scenario(_Strict):
     model: Model = Model()
     privacy: Privacy = Privacy()
     learner: Learner = Learner()
+    network: Network = Network()
     owners: list[OwnerSpec] = []
     output: Output = Output()
 
@@ -143,8 +188,12 @@ class Scenario(_Strict):
         value = getattr(spec, key) if spec is not None else None
         if value is not None:
             return value
+        net = self.network
         defaults = {"epsilon": self.privacy.epsilon, "shift": self.data.shift,
-                    "cap": self.privacy.cap, "name": None, "records": None}
+                    "cap": self.privacy.cap, "name": None, "records": None,
+                    "clock_rate": net.clock_rate, "channel": index % net.channels,
+                    "mean_online": net.dropout.mean_online,
+                    "mean_offline": net.dropout.mean_offline, "outages": net.outages}
         return defaults[key]
 
     def to_toml(self) -> str:
@@ -234,12 +283,44 @@ def _check_consistency(s: Scenario, source: str) -> None:
         fail("privacy.clip", _MISSING, "sensitivity = 'clip' needs the L1 bound privacy.clip")
     if p.sensitivity == "bounds" and p.clip is not None:
         fail("privacy.clip", p.clip, "only used with privacy.sensitivity = 'clip'")
+    _check_network(s, fail)
     if p.split != "capped":
         if p.cap is not None:
             fail("privacy.cap", p.cap, "only used with privacy.split = 'capped'")
         for i, o in enumerate(s.owners):
             if o.cap is not None:
                 fail(f"owners.{i}.cap", o.cap, "only used with privacy.split = 'capped'")
+
+
+def _check_network(s: Scenario, fail) -> None:
+    """Network keys that only make sense together (and not at all in ideal mode)."""
+    net, ideal = s.network, s.network.mode == "ideal"
+    engine_only = {"transmission_time": 0.0, "latency": 0.0, "loss_probability": 0.0,
+                   "carrier_sense": False, "channels": 1, "horizon": None}
+    for key, neutral in engine_only.items():
+        if ideal and getattr(net, key) != neutral:
+            fail(f"network.{key}", getattr(net, key), "needs network.mode = 'request' or 'broadcast'")
+    if ideal and (net.dropout.mean_online is not None or net.outages or net.availability):
+        fail("network.mode", net.mode, "dropouts, outages and traces need 'request' or 'broadcast'")
+    if (net.dropout.mean_online is None) != (net.dropout.mean_offline is None):
+        fail("network.dropout", _MISSING, "give both mean_online and mean_offline, or neither")
+    for where, windows in [("network.outages", net.outages)] + [
+            (f"owners.{i}.outages", o.outages or []) for i, o in enumerate(s.owners)]:
+        for j, w in enumerate(windows):
+            if w.end <= w.start:
+                fail(f"{where}.{j}.end", w.end, f"must be after start = {w.start}")
+    for i, o in enumerate(s.owners):
+        if o.channel is not None and o.channel >= net.channels:
+            fail(f"owners.{i}.channel", o.channel, f"there are only {net.channels} channels (0-based)")
+        if (o.mean_online is None) != (o.mean_offline is None):
+            fail(f"owners.{i}.mean_online", o.mean_online, "give both mean_online and mean_offline")
+        if ideal and (o.mean_online is not None or o.outages or o.channel is not None):
+            fail(f"owners.{i}", "availability", "per-owner availability needs a network mode")
+    if net.mode == "broadcast" and net.transmission_time + net.latency >= net.broadcast_interval:
+        fail("network.broadcast_interval", net.broadcast_interval,
+             "must exceed transmission_time + latency, so that slots do not overlap")
+    if s.learner.algorithm != "async" and not ideal:
+        fail("learner.algorithm", s.learner.algorithm, "the network engine drives the async learner only")
 
 
 _TYPE_NAMES = {"constrained-int": "an integer", "list[": "a list", "tagged-union[": "a table",
@@ -321,4 +402,17 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
+    _resolve_trace(table, path, label)
     return validate(table, label)
+
+
+def _resolve_trace(table: dict, path: Path, source: str) -> None:
+    """Make ``network.availability`` absolute (relative to the scenario file) and check it exists."""
+    net = table.get("network")
+    trace = net.get("availability") if isinstance(net, dict) else None
+    if not isinstance(trace, str):
+        return
+    resolved = Path(trace) if Path(trace).is_absolute() else (path.parent / trace).resolve()
+    if not resolved.is_file():
+        raise ScenarioError(source, "network.availability", trace, "no such file")
+    net["availability"] = str(resolved)

@@ -48,6 +48,7 @@ class Training:
         self.record_at = np.zeros(int(record_at.max()) + 1, dtype=bool)
         self.record_at[record_at] = True
         self.metrics = Metrics()
+        self.stop_reason = ""
         self.sequence: list[int] = []  # i_k, the owner of the k-th update (papers' Figs 4 and 9)
         self.time = 0.0
         self._measure()
@@ -58,18 +59,34 @@ class Training:
         return self.learner.k
 
     def exchange(self, owner: int, time: float) -> bool:
-        """One asynchronous exchange with ``owner`` at ``time``; False if the owner refused."""
-        self.time = time
-        theta_bar = self.learner.query_point(owner)
-        self.log.emit(Event(time, "query", owner))
-        answer = self._ask(owner, theta_bar, time)
+        """One instantaneous exchange with ``owner`` at ``time``; False if the owner refused."""
+        theta_bar = self.query(owner, time)
+        answer = self.answer(owner, theta_bar, time)
         if answer is None:
             return False
+        self.apply(owner, theta_bar, answer, time)
+        return True
+
+    def query(self, owner: int, time: float, channel: int | None = None) -> np.ndarray:
+        """The learner sends owner i its query point θ̄ (logged); the engine times delivery."""
+        self.time = time
+        self.log.emit(Event(time, "query", owner, channel=channel))
+        return self.learner.query_point(owner)
+
+    def answer(self, owner: int, theta: np.ndarray, time: float,
+               channel: int | None = None) -> np.ndarray | None:
+        """Owner i answers privately (charging its ledger) or refuses; both are logged."""
+        self.time = time
+        return self._ask(owner, theta, time, channel)
+
+    def apply(self, owner: int, theta_bar: np.ndarray, answer: np.ndarray, time: float,
+              channel: int | None = None) -> None:
+        """The learner applies a delivered answer: the k-th update of Algorithm 1 (logged)."""
+        self.time = time
         self.learner.update(owner, theta_bar, answer)
         self.sequence.append(owner)
-        self.log.emit(Event(time, "update", owner, self.k))
+        self.log.emit(Event(time, "update", owner, self.k, channel=channel))
         self._measure()
-        return True
 
     def sync_round(self, time: float) -> bool:
         """One synchronous round (every owner answers); False if any owner refused."""
@@ -86,11 +103,15 @@ class Training:
         self._measure()
         return True
 
-    def _ask(self, owner: int, theta: np.ndarray, time: float) -> np.ndarray | None:
+    def _ask(self, owner: int, theta: np.ndarray, time: float,
+             channel: int | None = None) -> np.ndarray | None:
         who = self.owners[owner]
         answer = who.respond(theta)
-        kind = "refusal" if answer is None else "response"
-        self.log.emit(Event(time, kind, owner, None, who.epsilon_spent))
+        if answer is None:
+            self.log.emit(Event(time, "refusal", owner, None, who.epsilon_spent, channel,
+                                "budget spent"))
+        else:
+            self.log.emit(Event(time, "response", owner, None, who.epsilon_spent, channel))
         return answer
 
     def _measure(self) -> None:
@@ -114,25 +135,31 @@ class Training:
 
 
 def run_uniform(training: Training, iterations: int, selection: np.random.Generator,
-                clocks: np.random.Generator) -> str:
-    """Drive ``training`` to T updates, asking owners chosen uniformly at random.
+                clocks: np.random.Generator, rates: np.ndarray | None = None) -> str:
+    """Drive ``training`` to T updates in the ideal network: every clock tick is an exchange.
 
-    Exchanges happen at the ticks of N superposed unit-rate Poisson clocks, so inter-exchange
-    times are Exp(N) and the ticking owner is uniform. Refusals cost a tick but no update.
+    Exchanges happen at the ticks of N superposed Poisson clocks of rates λ_i (all 1 by
+    default), so inter-exchange times are Exp(Σλ) and the ticking owner is i with probability
+    λ_i/Σλ (uniform for equal rates, as in the papers). Refusals cost a tick but no update.
     Returns why the run stopped: ``"iterations"`` or ``"budgets exhausted"``.
     """
     N = len(training.owners)
     synchronous = not isinstance(training.learner, AsyncLearner)
+    total = float(N) if rates is None else float(np.sum(rates))
+    cumulative = None if rates is None else np.cumsum(rates) / total
     time = 0.0
     while training.k < iterations:
         if training.all_exhausted or (synchronous and training.any_exhausted):
             training.finish()
             return "budgets exhausted"
-        time += clocks.exponential(1.0 / N)
+        time += clocks.exponential(1.0 / total)
         if synchronous:
             training.sync_round(time)
-        else:
+        elif cumulative is None:
             training.exchange(int(selection.integers(N)), time)
+        else:
+            owner = int(np.searchsorted(cumulative, selection.random(), side="right"))
+            training.exchange(min(owner, N - 1), time)
     training.finish()
     return "iterations"
 

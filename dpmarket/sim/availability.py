@@ -1,0 +1,148 @@
+"""Owners going offline and coming back: exponential periods, fixed outages, or a trace.
+
+An owner is online when no source holds it offline. Each change is logged (``dropout``,
+``reconnect``) and bumps the owner's *epoch*, so an exchange can tell whether its owner went
+offline while it was in progress (and is then lost).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable, Generator
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from dpmarket.errors import _MISSING, ScenarioError
+
+
+class Availability:
+    """Online state of every owner, with the reasons each one is offline."""
+
+    def __init__(self, env: simpy.Environment, owners: int,
+                 on_change: Callable[[int, bool], None], on_gone: Callable[[int], None]) -> None:
+        self.env = env
+        self.holds = np.zeros(owners, dtype=np.int64)  # sources holding each owner offline
+        self.epoch = np.zeros(owners, dtype=np.int64)  # bumped at every dropout
+        self.offline_time = np.zeros(owners)
+        self._since = np.zeros(owners)
+        self._on_change = on_change
+        self.on_gone = on_gone
+
+    def online(self, owner: int) -> bool:
+        """Whether ``owner`` is online now."""
+        return self.holds[owner] == 0
+
+    def hold(self, owner: int) -> None:
+        """One more source takes the owner offline."""
+        if self.holds[owner] == 0:
+            self.epoch[owner] += 1
+            self._since[owner] = self.env.now
+            self._on_change(owner, False)
+        self.holds[owner] += 1
+
+    def release(self, owner: int) -> None:
+        """One source lets go; the owner reconnects when none is left."""
+        self.holds[owner] -= 1
+        if self.holds[owner] == 0:
+            self.offline_time[owner] += self.env.now - self._since[owner]
+            self._on_change(owner, True)
+
+    def downtime(self, owner: int) -> float:
+        """Time spent offline so far (including a current outage)."""
+        extra = self.env.now - self._since[owner] if self.holds[owner] else 0.0
+        return float(self.offline_time[owner] + extra)
+
+
+def alternating(av: Availability, owner: int, mean_online: float, mean_offline: float,
+                gen: np.random.Generator) -> Generator[simpy.Event, None, None]:
+    """Exponential online and offline periods, started in the stationary regime.
+
+    The owner starts offline with probability mean_offline/(mean_online + mean_offline), so
+    the fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on.
+    """
+    offline = gen.random() < mean_offline / (mean_online + mean_offline)
+    while True:
+        if offline:
+            av.hold(owner)
+            yield av.env.timeout(gen.exponential(mean_offline))
+            av.release(owner)
+        offline = True
+        yield av.env.timeout(gen.exponential(mean_online))
+
+
+def windows(av: Availability, owner: int,
+            spans: list[tuple[float, float]]) -> Generator[simpy.Event, None, None]:
+    """Offline during each [start, end) of ``spans`` (sorted, possibly overlapping)."""
+    for start, end in sorted(spans):
+        if end <= av.env.now:
+            continue
+        if start > av.env.now:
+            yield av.env.timeout(start - av.env.now)
+        av.hold(owner)
+        if end == float("inf"):
+            av.on_gone(owner)  # offline for good (its trace ended)
+            return
+        yield av.env.timeout(end - av.env.now)
+        av.release(owner)
+
+
+def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float]]]:
+    """Online intervals per owner from a CSV with columns ``owner,start,end``.
+
+    ``owner`` is an index (0-based) or a name. Owners absent from the trace are always online;
+    an owner present is offline outside its intervals.
+    """
+    index = {name: i for i, name in enumerate(names)}
+    spans: dict[int, list[tuple[float, float]]] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            if reader.fieldnames is None or not {"owner", "start", "end"} <= set(reader.fieldnames):
+                raise ScenarioError(path, "network.availability", _MISSING,
+                                    "needs columns owner,start,end")
+            for line, row in enumerate(reader, start=2):
+                owner = _owner(row["owner"], index, len(names), path, line)
+                start, end = _time(row["start"], path, line), _time(row["end"], path, line)
+                if end <= start:
+                    raise ScenarioError(f"{path}:{line}", "end", end, f"must be after start = {start}")
+                spans.setdefault(owner, []).append((start, end))
+    except OSError as exc:
+        raise ScenarioError(path, "network.availability", path, f"cannot read: {exc.strerror}") from None
+    return spans
+
+
+def _owner(text: str, index: dict[str, int], count: int, path: str, line: int) -> int:
+    if text in index:
+        return index[text]
+    if text.isdigit() and int(text) < count:
+        return int(text)
+    raise ScenarioError(f"{path}:{line}", "owner", text, "is neither an owner name nor an index")
+
+
+def _time(text: str, path: str, line: int) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ScenarioError(f"{path}:{line}", "time", text, "is not a number") from None
+    if not np.isfinite(value) or value < 0:
+        raise ScenarioError(f"{path}:{line}", "time", text, "must be a finite time >= 0")
+    return value
+
+
+def offline_gaps(online: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The complement of online intervals on [0, ∞): the spans an owner is offline."""
+    gaps, cursor = [], 0.0
+    for start, end in sorted(online):
+        if start > cursor:
+            gaps.append((cursor, start))
+        cursor = max(cursor, end)
+    gaps.append((cursor, float("inf")))
+    return gaps
+
+
+def trace_path(value: str, scenario_file: str | Path) -> str:
+    """A trace path as written in a scenario, resolved against the scenario file's folder."""
+    path = Path(value)
+    return str(path if path.is_absolute() else (Path(scenario_file).parent / path).resolve())

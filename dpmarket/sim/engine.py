@@ -1,0 +1,231 @@
+"""The SimPy engine: owners' clocks, availability, channels and the learner agent.
+
+Request mode: when an owner's Poisson clock ticks while it is online (and not already in an
+exchange), it sends a request on its channel. A request that gets through, while the learner
+is free on that channel, becomes one exchange: query (learner → owner, on the downlink),
+the owner's DP answer (uplink), update. Broadcast mode: every Δ the learner broadcasts a query
+on each channel; each online owner whose clock has ticked since its last answer responds;
+exactly one response is an exchange, two or more collide and are all lost, none is an idle
+slot. Every uplink message occupies its channel for ``transmission_time`` and overlapping
+messages are lost (pure ALOHA); a message may also be lost at random, and arrives after
+``latency``. An owner going offline during its exchange loses the exchange. An answer that
+was transmitted has been released, so its ε is spent even if the message is then lost.
+
+With one channel exchanges never overlap, so the learner applies Algorithm 1 exactly; with
+several, an update uses the query point computed when its exchange began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from dpmarket import rng as streams
+from dpmarket.events import Event
+from dpmarket.scenario import Scenario
+from dpmarket.sim import availability as avail
+from dpmarket.sim.channel import Channel
+from dpmarket.training import Training
+
+
+@dataclass
+class NetworkRun:
+    """What the engine reports besides the training: why it stopped and the channels' load."""
+
+    stop_reason: str
+    channels: list[Channel]
+    downtime: np.ndarray
+    rates: np.ndarray
+    channel_of: np.ndarray
+
+
+class Engine:
+    """One simulation: the environment, the processes and their shared state."""
+
+    def __init__(self, scenario: Scenario, training: Training, names: list[str]) -> None:
+        self.s, self.net, self.training = scenario, scenario.network, training
+        self.env = simpy.Environment()
+        N = len(training.owners)
+        self.N, self.T = N, scenario.learner.iterations
+        self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
+        self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
+        self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
+        self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone)
+        self.in_exchange = np.zeros(N, dtype=bool)
+        self.learner_busy = np.zeros(self.net.channels, dtype=bool)
+        self.ready: list[set[int]] = [set() for _ in range(self.net.channels)]
+        self.channel_rng = streams.stream(scenario.seed, "channel")
+        self.done = self.env.event()
+        self.departed: set[int] = set()  # owners that will never answer again
+        self._names = names
+
+    # -- logging -------------------------------------------------------------------------
+    def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
+        self.training.log.emit(Event(self.env.now, kind, owner, None, None, channel, detail))
+
+    def _availability_changed(self, owner: int, online: bool) -> None:
+        self.emit("reconnect" if online else "dropout", owner, int(self.channel_of[owner]))
+        if not online:
+            self.ready[self.channel_of[owner]].discard(owner)
+
+    # -- processes -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Create every owner's clock and availability processes, and the learner's."""
+        trace = self._trace()
+        for i in range(self.N):
+            self.env.process(self.clock(i, streams.stream(self.s.seed, "clocks", i)))
+            self._start_availability(i, trace)
+        if self.net.mode == "broadcast":
+            for c in range(self.net.channels):
+                self.env.process(self.broadcaster(c))
+
+    def _trace(self) -> dict[int, list[tuple[float, float]]]:
+        return avail.read_trace(self.net.availability, self._names) if self.net.availability else {}
+
+    def _start_availability(self, i: int, trace: dict) -> None:
+        on, off = self.s.owner_value(i, "mean_online"), self.s.owner_value(i, "mean_offline")
+        if on is not None:
+            gen = streams.stream(self.s.seed, "availability", i)
+            self.env.process(avail.alternating(self.availability, i, on, off, gen))
+        spans = [(w.start, w.end) for w in self.s.owner_value(i, "outages")]
+        if i in trace:
+            spans += avail.offline_gaps(trace[i])
+        if spans:
+            self.env.process(avail.windows(self.availability, i, spans))
+
+    def clock(self, i: int, gen: np.random.Generator) -> Generator:
+        """Owner i's Poisson clock; what a tick does depends on the access mode."""
+        owner, c = self.training.owners[i], int(self.channel_of[i])
+        while True:
+            yield self.env.timeout(gen.exponential(1.0 / self.rates[i]))
+            self.emit("tick", i, c)
+            if not self.availability.online(i) or self.in_exchange[i]:
+                continue
+            if owner.exhausted:
+                self.emit("refusal", i, c, "budget spent: stops taking part")
+                self._depart(i, "budgets exhausted")
+                return
+            if self.net.mode == "broadcast":
+                self.ready[c].add(i)
+            else:
+                self.in_exchange[i] = True
+                self.env.process(self.request(i, c))
+
+    def _depart(self, owner: int, reason: str) -> None:
+        """Owner i will never answer again (budget spent, or its trace ended)."""
+        self.departed.add(owner)
+        if len(self.departed) == self.N and not self.done.triggered:
+            self.done.succeed(reason)
+
+    def uplink(self, i: int, c: int) -> Generator:
+        """Send one message from owner i on channel c; True if it reached the learner."""
+        net, channel = self.net, self.channels[c]
+        for _ in range(net.max_attempts):
+            if net.carrier_sense and channel.busy:
+                self.emit("backoff", i, c)
+                yield self.env.timeout(self.channel_rng.exponential(net.backoff))
+                continue
+            if not (yield from channel.transmit(net.transmission_time)):
+                self.emit("collision", i, c)
+                return False
+            if net.loss_probability and self.channel_rng.random() < net.loss_probability:
+                self.emit("loss", i, c, "random")
+                return False
+            if net.latency:
+                yield self.env.timeout(net.latency)
+            return True
+        self.emit("loss", i, c, "channel busy: gave up")
+        return False
+
+    def request(self, i: int, c: int) -> Generator:
+        """Request mode: owner i asks for an exchange; the learner serves it if it can."""
+        epoch = self.availability.epoch[i]
+        self.emit("request", i, c)
+        try:
+            if not (yield from self.uplink(i, c)):
+                return
+            if self.learner_busy[c]:
+                self.emit("loss", i, c, "learner busy")
+                return
+            self.learner_busy[c] = True
+            try:
+                yield from self.exchange(i, c, epoch)
+            finally:
+                self.learner_busy[c] = False
+        finally:
+            self.in_exchange[i] = False
+
+    def exchange(self, i: int, c: int, epoch: int) -> Generator:
+        """Query, private answer, update — unless the owner drops out or a message is lost."""
+        theta_bar = self.training.query(i, self.env.now, c)
+        yield self.env.timeout(self.net.transmission_time + self.net.latency)  # downlink
+        if self._dropped(i, c, epoch):
+            return
+        answer = self.training.answer(i, theta_bar, self.env.now, c)
+        if answer is None or not (yield from self.uplink(i, c)) or self._dropped(i, c, epoch):
+            return
+        self._apply(i, c, theta_bar, answer)
+
+    def _dropped(self, i: int, c: int, epoch: int) -> bool:
+        if self.availability.epoch[i] == epoch and self.availability.online(i):
+            return False
+        self.emit("loss", i, c, "owner went offline")
+        return True
+
+    def _apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
+        self.training.apply(i, theta_bar, answer, self.env.now, c)
+        if self.training.k >= self.T and not self.done.triggered:
+            self.done.succeed("iterations")
+
+    def broadcaster(self, c: int) -> Generator:
+        """Broadcast mode: a query every Δ on channel c; one response is an exchange.
+
+        Slots start at Δ, 2Δ, …; a slot's responses take transmission_time + latency, which
+        validation keeps below Δ, so slots never overlap.
+        """
+        while True:
+            yield self.env.timeout(self.net.broadcast_interval)
+            self.emit("broadcast", -1, c)
+            responders = sorted(self.ready[c])
+            self.ready[c].clear()
+            if not responders:
+                self.emit("idle", -1, c)
+                continue
+            self.env.process(self.slot(c, responders))
+
+    def slot(self, c: int, responders: list[int]) -> Generator:
+        """All responders answer at once; they collide unless there is exactly one."""
+        epochs = {i: self.availability.epoch[i] for i in responders}
+        points = {i: self.training.query(i, self.env.now, c) for i in responders}
+        answers = {i: self.training.answer(i, points[i], self.env.now, c) for i in responders}
+        senders = [i for i in responders if answers[i] is not None]
+        results = [self.env.process(self.uplink(i, c)) for i in senders]
+        if results:
+            yield self.env.all_of(results)
+        if len(senders) == 1 and results[0].value and not self._dropped(senders[0], c,
+                                                                            epochs[senders[0]]):
+            self._apply(senders[0], c, points[senders[0]], answers[senders[0]])
+
+    def _gone(self, owner: int) -> None:
+        self._depart(owner, "no owner left")
+
+    def run(self) -> str:
+        """Run until T updates, the horizon, or every owner has retired or left."""
+        self.start()
+        until = self.done
+        if self.net.horizon is not None:
+            until = self.env.any_of([self.done, self.env.timeout(self.net.horizon)])
+        self.env.run(until=until)
+        return self.done.value if self.done.triggered else "horizon"
+
+
+def run_network(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun:
+    """Drive ``training`` with the SimPy engine of ``scenario.network``."""
+    engine = Engine(scenario, training, names)
+    reason = engine.run()
+    training.finish()
+    downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])
+    return NetworkRun(reason, engine.channels, downtime, engine.rates, engine.channel_of)

@@ -1,0 +1,58 @@
+"""The network's shape as a graph: the learner, its channels, and the owners on each channel."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+
+# Beyond this many owners the picture shows channels with their owner counts, not every owner.
+DRAW_EACH_OWNER_UP_TO = 120
+
+
+def build(names: list[str], channel_of: np.ndarray, rates: np.ndarray, epsilons: list[float],
+          sizes: np.ndarray, channels: int) -> nx.Graph:
+    """Learner — channel — owner graph, with each owner's records, ε and clock rate as attributes."""
+    graph = nx.Graph()
+    graph.add_node("learner", kind="learner")
+    for c in range(channels):
+        graph.add_node(f"channel-{c}", kind="channel")
+        graph.add_edge("learner", f"channel-{c}")
+    for i, name in enumerate(names):
+        graph.add_node(name, kind="owner", index=i, records=int(sizes[i]),
+                       epsilon=float(epsilons[i]), clock_rate=float(rates[i]))
+        graph.add_edge(f"channel-{int(channel_of[i])}", name)
+    return graph
+
+
+def save(graph: nx.Graph, path: Path) -> None:
+    """Write the graph as GraphML (readable by networkx, Gephi, yEd)."""
+    nx.write_graphml(graph, path)
+
+
+def draw(graph: nx.Graph, path: Path) -> None:
+    """Draw the topology: every owner when there are few, channels with counts otherwise."""
+    from matplotlib.figure import Figure  # deferred: slow to import
+
+    owners = [n for n, d in graph.nodes(data=True) if d["kind"] == "owner"]
+    shown = graph if len(owners) <= DRAW_EACH_OWNER_UP_TO else graph.subgraph(
+        [n for n, d in graph.nodes(data=True) if d["kind"] != "owner"])
+    pos = nx.kamada_kawai_layout(shown) if len(shown) > 2 else nx.circular_layout(shown)
+    fig = Figure(figsize=(6.4, 6.0))
+    ax = fig.subplots()
+    colours = {"learner": "tab:red", "channel": "tab:blue", "owner": "0.3"}
+    sizes = {"learner": 300, "channel": 160, "owner": 18}
+    kinds = nx.get_node_attributes(shown, "kind")
+    nx.draw_networkx_edges(shown, pos, ax=ax, width=0.5, edge_color="0.6")
+    for kind in ("owner", "channel", "learner"):
+        nodes = [n for n in shown if kinds[n] == kind]
+        nx.draw_networkx_nodes(shown, pos, nodelist=nodes, ax=ax, node_size=sizes[kind],
+                               node_color=colours[kind])
+    labels = {n: n if kinds[n] != "channel" else f"{n}\n({graph.degree(n) - 1} owners)"
+              for n in shown if kinds[n] != "owner"}
+    nx.draw_networkx_labels(shown, pos, labels, ax=ax, font_size=7)
+    channels = sum(1 for kind in kinds.values() if kind == "channel")
+    ax.set_title(f"topology: learner, {channels} channels, {len(owners)} owners", fontsize=10)
+    ax.axis("off")
+    fig.savefig(path, dpi=100, metadata={"Software": None})
