@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import csv
 import json
+import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -48,8 +50,13 @@ def run_directory(target: Path) -> Iterator[Path]:
             shutil.rmtree(staging)
 
 
-def write_run(result: RunResult, directory: Path, plots: bool = True) -> None:
-    """Write every table, the summary and the figures of ``result`` into ``directory``."""
+def write_run(result: RunResult, directory: Path, plots: bool = True,
+              painter: Painter | None = None) -> None:
+    """Write every table, the summary and the figures of ``result`` into ``directory``.
+
+    Figures go to ``painter`` (a helper process) when given, else are drawn here.
+    """
+    painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
     write_metrics(result, directory / "metrics.csv")
     write_owners(result, directory / "owners.csv")
@@ -57,11 +64,13 @@ def write_run(result: RunResult, directory: Path, plots: bool = True) -> None:
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
-        write_topology(result, directory, plots)
+        graph = topology_graph(result)
+        _paint("graphml", graph, str(directory / "topology.graphml"))
+        if plots:
+            painter.paint("topology", graph, str(directory / "topology.png"))
     if plots:
-        from dpmarket import plots as figures  # deferred: matplotlib is slow to import
-
-        figures.draw_run(figures.RunFigures(**figure_data(result)), directory)
+        painter.paint("run", figure_data(result), str(directory))
+    painter.wait()
 
 
 def write_channels(result: RunResult, path: Path) -> None:
@@ -73,17 +82,81 @@ def write_channels(result: RunResult, path: Path) -> None:
                       "utilisation"), rows)
 
 
-def write_topology(result: RunResult, directory: Path, draw: bool) -> None:
-    """``topology.graphml`` (and ``topology.png``): learner, channels, owners."""
+def topology_graph(result: RunResult):
+    """The learner — channels — owners graph of a network run."""
     from dpmarket.sim import topology
 
     net = result.network
-    graph = topology.build(result.consortium.names, net.channel_of, net.rates,
-                           [o.epsilon for o in result.owners], result.consortium.sizes,
-                           len(net.channels))
-    topology.save(graph, directory / "topology.graphml")
-    if draw:
-        topology.draw(graph, directory / "topology.png")
+    return topology.build(result.consortium.names, net.channel_of, net.rates,
+                          [o.epsilon for o in result.owners], result.consortium.sizes,
+                          len(net.channels))
+
+
+def _paint(kind: str, data, path: str) -> None:
+    """Draw (or save) one figure; runs in the painter process when there is one."""
+    if kind == "graphml":
+        from dpmarket.sim import topology
+
+        topology.save(data, Path(path))
+    elif kind == "topology":
+        from dpmarket.sim import topology
+
+        topology.draw(data, Path(path))
+    else:
+        from dpmarket import plots as figures  # deferred: matplotlib is slow to import
+
+        figures.draw_run(figures.RunFigures(**data), path)
+
+
+def _warm() -> None:
+    """Import matplotlib and render a throw-away figure (fonts and renderer load once)."""
+    import io
+
+    from dpmarket import plots as figures
+
+    figures.psi_against_k(figures.RunFigures("warm-up", [0, 1], [1.0, 0.5], 0.5, [0], 1),
+                          io.BytesIO())
+
+
+class Painter:
+    """Draws figures in a forked helper process, started when a run starts.
+
+    Importing matplotlib and drawing the first figure take about a second; the helper does
+    both on the second core while the run generates data and simulates. Where fork is not
+    available (or ``enabled`` is False) figures are drawn in this process, with the same bytes.
+    """
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._pool, self._jobs = None, []
+        if enabled and "fork" in multiprocessing.get_all_start_methods():
+            context = multiprocessing.get_context("fork")
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            self._jobs.append(self._pool.submit(_warm))
+
+    def paint(self, kind: str, data, path: str) -> None:
+        """Queue one figure (or draw it now, without a helper)."""
+        if self._pool is None:
+            _paint(kind, data, path)
+        else:
+            self._jobs.append(self._pool.submit(_paint, kind, data, path))
+
+    def wait(self) -> None:
+        """Block until every queued figure is written; re-raise the first failure."""
+        jobs, self._jobs = self._jobs, []
+        for job in jobs:
+            job.result()
+
+    def close(self) -> None:
+        """Stop the helper process."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+    def __enter__(self) -> Painter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def figure_data(result: RunResult) -> dict:
@@ -184,9 +257,9 @@ def run_and_write(scenario, out: Path) -> RunResult:
     """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success."""
     from dpmarket.run import execute
 
-    with run_directory(out) as staging:
+    with Painter(enabled=scenario.output.plots) as painter, run_directory(out) as staging:
         result = execute(scenario, staging / "events.csv")
-        write_run(result, staging, scenario.output.plots)
+        write_run(result, staging, scenario.output.plots, painter)
     return result
 
 

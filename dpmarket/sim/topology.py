@@ -26,6 +26,27 @@ def build(names: list[str], channel_of: np.ndarray, rates: np.ndarray, epsilons:
     return graph
 
 
+def _radial_layout(graph: nx.Graph) -> dict:
+    """Learner at the centre, channels on a ring, each channel's owners on a ring around it.
+
+    Computed directly (no force-directed optimisation): instant for thousands of nodes and
+    the same picture every time.
+    """
+    channels = [n for n, d in graph.nodes(data=True) if d["kind"] == "channel"]
+    pos = {"learner": np.zeros(2)}
+    ring = 0.0 if len(channels) == 1 else 1.0
+    for c, name in enumerate(channels):
+        angle = 2 * np.pi * c / len(channels)
+        centre = ring * np.array([np.cos(angle), np.sin(angle)]) - (0 if ring else np.array([0, 1.3]))
+        pos[name] = centre
+        owners = [n for n in graph.neighbors(name) if n != "learner"]
+        radius = 0.35 if ring else 0.8
+        for j, owner in enumerate(owners):
+            a = 2 * np.pi * j / max(len(owners), 1)
+            pos[owner] = centre + radius * np.array([np.cos(a), np.sin(a)])
+    return pos
+
+
 def save(graph: nx.Graph, path: Path) -> None:
     """Write the graph as GraphML (readable by networkx, Gephi, yEd)."""
     nx.write_graphml(graph, path)
@@ -38,7 +59,7 @@ def draw(graph: nx.Graph, path: Path) -> None:
     owners = [n for n, d in graph.nodes(data=True) if d["kind"] == "owner"]
     shown = graph if len(owners) <= DRAW_EACH_OWNER_UP_TO else graph.subgraph(
         [n for n, d in graph.nodes(data=True) if d["kind"] != "owner"])
-    pos = nx.kamada_kawai_layout(shown) if len(shown) > 2 else nx.circular_layout(shown)
+    pos = _radial_layout(shown)
     fig = Figure(figsize=(6.4, 6.0))
     ax = fig.subplots()
     colours = {"learner": "tab:red", "channel": "tab:blue", "owner": "0.3"}
@@ -53,6 +74,7 @@ def draw(graph: nx.Graph, path: Path) -> None:
               for n in shown if kinds[n] != "owner"}
     nx.draw_networkx_labels(shown, pos, labels, ax=ax, font_size=7)
     channels = sum(1 for kind in kinds.values() if kind == "channel")
-    ax.set_title(f"topology: learner, {channels} channels, {len(owners)} owners", fontsize=10)
+    plural = "channel" if channels == 1 else "channels"
+    ax.set_title(f"topology: learner, {channels} {plural}, {len(owners)} owners", fontsize=10)
     ax.axis("off")
     fig.savefig(path, dpi=100, metadata={"Software": None})
