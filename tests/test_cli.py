@@ -1,0 +1,154 @@
+"""The command line: validate, run, one-line errors with exit 2, atomic run directories, determinism."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpmarket.cli import main
+
+TINY = """
+name = "tiny"
+seed = 5
+[data]
+owners = 3
+records = 300
+features = 3
+[learner]
+iterations = 80
+rho = 3.0
+[output]
+metric_points = 20
+plots = {plots}
+"""
+
+NETWORK = """
+[network]
+mode = "request"
+transmission_time = 0.01
+latency = 0.001
+loss_probability = 0.05
+dropout = { mean_online = 5.0, mean_offline = 1.0 }
+"""
+
+
+def scenario(tmp_path: Path, plots: bool = False, extra: str = "", name: str = "s.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(TINY.format(plots=str(plots).lower()) + extra)
+    return path
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dpmarket", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_validate_prints_the_resolved_scenario(tmp_path, capsys):
+    assert main(["validate", str(scenario(tmp_path))]) == 0
+    out = capsys.readouterr().out
+    assert "[privacy]" in out and "epsilon = 1.0" in out and "seed = 5" in out
+
+
+@pytest.mark.parametrize("content,override,expected", [
+    (None, [], "no such file"),
+    ("name = 'x'\n[data\n", [], "malformed TOML"),
+    ("name = 'x'\n[data]\nowners = 3\nbogus = 1\n", [], "data.bogus"),
+    ("name = 'x'\n[privacy]\nepsilon = -1.0\n", [], "privacy.epsilon = -1.0"),
+    ("name = 'x'\n", ["--set", "learner.iterations=zero"], "learner.iterations = 'zero'"),
+    ("name = 'x'\n", ["--set", "network.clock_rate=-2"], "network.clock_rate"),
+])
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, content, override, expected):
+    path = tmp_path / "bad.toml"
+    if content is not None:
+        path.write_text(content)
+    out = tmp_path / "out" / "run"
+    done = run_cli("run", str(path), "--out", str(out), *override)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpmarket: error:"), done.stderr
+    assert str(path) in lines[0] and expected in lines[0]
+    assert "Traceback" not in done.stderr + done.stdout
+    assert not out.exists() and not (out.parent.exists() and any(out.parent.iterdir()))
+
+
+def test_run_writes_the_contract_files(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", str(scenario(tmp_path, plots=True)), "--out", str(out), "--seed", "9"]) == 0
+    names = {p.name for p in out.iterdir()}
+    assert {"scenario.toml", "events.csv", "metrics.csv", "owners.csv", "summary.json", "psi.png",
+            "timeline.png"} <= names
+    summary = json.loads((out / "summary.json").read_text())
+    for key in ("scenario", "seed", "owners", "records", "iterations", "psi_final", "collisions",
+                "dropouts", "wall_seconds"):
+        assert key in summary
+    assert summary["seed"] == 9 and "seed = 9" in (out / "scenario.toml").read_text()
+    header = (out / "events.csv").read_text().splitlines()[0].split(",")
+    assert header[:4] == ["time", "kind", "owner", "k"]
+    assert (out / "metrics.csv").read_text().splitlines()[-1].startswith("80,")
+    owners = (out / "owners.csv").read_text().splitlines()[0].split(",")
+    assert owners[:5] == ["owner", "name", "records", "epsilon", "queries"] and "epsilon_spent" in owners
+
+
+def test_rerun_replaces_a_run_directory_but_not_a_foreign_one(tmp_path, capsys):
+    out = tmp_path / "run"
+    path = scenario(tmp_path)
+    assert main(["run", str(path), "--out", str(out)]) == 0
+    assert main(["run", str(path), "--out", str(out)]) == 0
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    assert main(["run", str(path), "--out", str(foreign)]) == 2
+    assert (foreign / "notes.txt").read_text() == "keep me" and len(list(foreign.iterdir())) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+def _files(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.mark.parametrize("extra", ["", NETWORK])
+def test_same_seed_same_bytes(tmp_path, extra):
+    """Every file identical byte for byte, except wall_seconds in summary.json (wall-clock time)."""
+    path = scenario(tmp_path, plots=True, extra=extra)
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_cli("run", str(path), "--out", str(a)).returncode == 0
+    assert run_cli("run", str(path), "--out", str(b)).returncode == 0
+    fa, fb = _files(a), _files(b)
+    assert fa.keys() == fb.keys()
+    for name in fa:
+        if name != "summary.json":
+            assert fa[name] == fb[name], name
+    sa, sb = (json.loads(f["summary.json"]) for f in (fa, fb))
+    sa.pop("wall_seconds"), sb.pop("wall_seconds")
+    assert sa == sb
+
+
+def test_resolved_scenario_reproduces_the_run(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(scenario(tmp_path, extra=NETWORK)), "--out", str(a), "--seed", "4"]) == 0
+    assert main(["run", str(a / "scenario.toml"), "--out", str(b)]) == 0
+    assert (a / "events.csv").read_bytes() == (b / "events.csv").read_bytes()
+    assert (a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()
+
+
+def test_another_seed_changes_the_run(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    path = scenario(tmp_path)
+    assert main(["run", str(path), "--out", str(a), "--seed", "1"]) == 0
+    assert main(["run", str(path), "--out", str(b), "--seed", "2"]) == 0
+    assert (a / "events.csv").read_bytes() != (b / "events.csv").read_bytes()
+
+
+def test_overrides_reach_lists_and_inline_tables(tmp_path, capsys):
+    path = scenario(tmp_path, extra='[[owners]]\nname = "first"\n')
+    assert main(["validate", str(path), "--set", "owners.0.epsilon=2.5", "--set",
+                 'data.records={distribution="pareto",alpha=2.0,minimum=100}', "--set",
+                 "data.kind=length_of_stay"]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon = 2.5" in out and 'distribution = "pareto"' in out and "length_of_stay" in out
+    assert main(["validate", str(path), "--set", "owners.3.epsilon=1"]) == 2
+    assert "owners.3" in capsys.readouterr().err

@@ -1,0 +1,176 @@
+"""Privacy: Laplace noise of the stated scale, budgets never exceeded, Ξ bounding every gradient."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from helpers import ks_accepts, mean_within, tiny
+from scipy import stats
+
+from dpmarket.data import build_consortium
+from dpmarket.errors import BudgetExhaustedError
+from dpmarket.models import Objective, make_loss
+from dpmarket.privacy import Accountant, LaplaceNoise, answer_cap, clip_l1
+from dpmarket.run import build_owners, sensitivity
+
+
+def owner_noise(scale_factor: float = 1.0, answers: int = 4000) -> tuple[np.ndarray, float]:
+    """Noise actually added by an owner to its answers (answer minus exact answer)."""
+    scenario = tiny(privacy={"epsilon": 2.0}, learner={"iterations": answers})
+    consortium = build_consortium(scenario)
+    objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 1.0)
+    owner = build_owners(scenario, consortium, objective)[0]
+    theta = np.full(objective.p, 0.1)
+    noise = np.array([owner.respond(theta) - owner.exact_answer(theta) for _ in range(answers)])
+    return noise.ravel() * scale_factor, owner.scale
+
+
+def test_owner_noise_is_laplace_with_the_stated_scale():
+    noise, b = owner_noise()
+    assert ks_accepts(noise, stats.laplace(scale=b))
+    assert mean_within(noise, 0.0)
+    assert mean_within(noise**2, 2 * b * b)  # Var Laplace(b) = 2b²
+
+
+@pytest.mark.parametrize("wrong", ["scale 10% too large", "Gaussian of the same variance"])
+def test_the_laplace_check_rejects_wrong_noise(wrong):
+    """12,000 draws: the KS check at α = 1e-4 must reject a 10% scale error or a wrong shape."""
+    noise, b = owner_noise()
+    dist = stats.laplace(scale=1.1 * b) if wrong.startswith("scale") else stats.norm(scale=np.sqrt(2) * b)
+    assert not ks_accepts(noise, dist)
+
+
+def test_scale_follows_theorem_1():
+    scenario = tiny(privacy={"epsilon": 0.5}, learner={"iterations": 200})
+    consortium = build_consortium(scenario)
+    objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 1.0)
+    xi = sensitivity(scenario, consortium)
+    # Ξ = 2(Y + θmax‖z‖₁)‖z‖₁ with ‖z‖₁ ≤ p·X + 1 (intercept): 2(3 + 4)·4.
+    assert xi == pytest.approx(2 * (3.0 + 1.0 * 4) * 4)
+    for owner in build_owners(scenario, consortium, objective):
+        assert owner.answers_allowed == 200  # horizon split: m_i = T
+        assert owner.scale == pytest.approx(2 * xi * 200 / (owner.data.n * 0.5))
+
+
+def test_capped_split_uses_the_binomial_quantile():
+    cap = answer_cap("capped", 1000, 0.1, None, 0.999)
+    assert cap == stats.binom.ppf(0.999, 1000, 0.1)
+    assert answer_cap("capped", 1000, 0.1, None, 0.5) <= cap
+    assert answer_cap("capped", 1000, 0.1, 7, 0.999) == 7
+    assert answer_cap("horizon", 1000, 0.1, None, 0.999) == 1000
+
+
+def test_noise_draws_do_not_depend_on_block_size():
+    a = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=1)
+    b = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=256)
+    assert np.array_equal([a.draw() for _ in range(300)], [b.draw() for _ in range(300)])
+
+
+@pytest.mark.parametrize("budget", [0.1, 0.3, 0.7, 1 / 3, 2.9, 1e-3])
+def test_exact_ledger_spends_exactly_the_budget(budget):
+    answers = 10
+    ledger = Accountant(0, budget)
+    charge = Accountant.even_share(budget, answers)
+    for _ in range(answers):
+        ledger.pay(charge)
+    assert ledger.spent == Fraction(budget)
+    assert not ledger.can_pay(charge)
+    with pytest.raises(BudgetExhaustedError):
+        ledger.pay(charge)
+    assert ledger.answers == answers
+
+
+def test_naive_float_accounting_would_be_wrong():
+    """Why the ledger is exact: ten float shares of 0.3 add up to more than 0.3, so a float
+    ledger would either refuse the tenth legitimate answer or report a budget overrun."""
+    spent = 0.0
+    for _ in range(10):
+        spent += 0.3 / 10
+    assert spent > 0.3
+    ledger = Accountant(0, 0.3)
+    for _ in range(10):
+        ledger.pay(Accountant.even_share(0.3, 10))
+    assert ledger.spent == ledger.budget
+
+
+def test_ledger_rejects_non_positive_and_non_positive_budgets():
+    with pytest.raises(ValueError):
+        Accountant(0, 0.0)
+    with pytest.raises(ValueError):
+        Accountant(0, 1.0).pay(Fraction(0))
+
+
+def test_no_schedule_lets_an_owner_exceed_its_budget():
+    """Random schedules hammering random owners: spent ≤ ε and answers ≤ m_i, always."""
+    gen = np.random.default_rng(11)
+    for trial in range(30):
+        scenario = tiny(privacy={"split": "capped", "cap": int(gen.integers(1, 6)),
+                                 "epsilon": float(gen.uniform(0.01, 3))},
+                        learner={"iterations": 50})
+        consortium = build_consortium(scenario)
+        objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 1.0)
+        owners = build_owners(scenario, consortium, objective)
+        theta = np.zeros(objective.p)
+        for _ in range(int(gen.integers(1, 40))):
+            owner = owners[int(gen.integers(len(owners)))]
+            before = owner.ledger.spent
+            answer = owner.respond(theta)
+            if answer is None:
+                assert owner.ledger.spent == before  # a refusal costs nothing
+            assert owner.ledger.spent <= owner.ledger.budget
+            assert owner.ledger.answers <= owner.answers_allowed
+        for owner in owners:
+            while owner.respond(theta) is not None:
+                pass
+            assert owner.ledger.answers == owner.answers_allowed, trial
+            assert owner.ledger.spent == owner.ledger.budget
+
+
+@pytest.mark.parametrize("loss", ["squared", "logistic", "hinge"])
+def test_sensitivity_bounds_every_gradient_over_the_domain(loss):
+    """Ξ bounds ‖∇ℓ‖₁ for ANY point of the declared domain, corners included."""
+    p, x_max, y_max, theta_max = 5, 1.0, 3.0, 2.0
+    fn = make_loss(loss)
+    xi = fn.l1_sensitivity(p * x_max + 1, y_max if loss == "squared" else 1.0, theta_max)
+    gen = np.random.default_rng(2)
+    corners = gen.choice([-1.0, 1.0], size=(4000, p))
+    Z = np.hstack([np.vstack([corners, gen.uniform(-1, 1, (4000, p))]) * x_max, np.ones((8000, 1))])
+    thetas = np.vstack([gen.choice([-1.0, 1.0], (8000, p + 1)), gen.uniform(-1, 1, (8000, p + 1))])
+    labels = gen.choice([-y_max, y_max], 8000) if loss == "squared" else gen.choice([-1.0, 1.0], 8000)
+    worst = 0.0
+    for theta in thetas[::400] * theta_max:
+        grads = fn.per_example_grads(theta, Z, labels)
+        worst = max(worst, float(np.abs(grads).sum(axis=1).max()))
+    assert worst <= xi + 1e-9
+    if loss == "squared":
+        assert worst >= 0.9 * xi  # attained near a corner: the bound is not loose by mistake
+
+
+def test_clip_l1_caps_rows_and_keeps_small_ones():
+    grads = np.array([[3.0, -4.0], [0.1, 0.2], [0.0, 0.0]])
+    clipped = clip_l1(grads, 1.0)
+    assert np.abs(clipped).sum(axis=1) == pytest.approx([1.0, 0.3, 0.0])
+    assert np.array_equal(clipped[1], grads[1])
+
+
+def test_clipping_owner_answers_with_the_mean_of_clipped_gradients():
+    scenario = tiny(privacy={"sensitivity": "clip", "clip": 0.5})
+    consortium = build_consortium(scenario)
+    objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 1.0)
+    owner = build_owners(scenario, consortium, objective)[0]
+    theta = np.full(objective.p, 0.3)
+    Z, y = owner.data.records()
+    expected = clip_l1(make_loss("squared").per_example_grads(theta, Z, y), 0.5).mean(axis=0)
+    assert np.allclose(owner.exact_answer(theta), expected)
+    assert owner.xi == 0.5
+
+
+def test_records_are_clipped_into_the_declared_bounds():
+    scenario = tiny(data={"shift": 5.0, "label_bound": 0.5, "feature_bound": 0.3},
+                    privacy={"sensitivity": "clip", "clip": 1.0})
+    for data in build_consortium(scenario).owners:
+        Z, y = data.records()
+        assert np.abs(Z[:, :-1]).max() <= 0.3 and np.abs(y).max() <= 0.5
+        assert np.abs(Z[:, :-1]).max() == 0.3  # the shift pushed records onto the bound
