@@ -10,6 +10,12 @@ from __future__ import annotations
 import numpy as np
 
 THETA_L_STEPS = ("printed", "proof")
+
+
+def _project(x: np.ndarray, bound: float, out: np.ndarray) -> None:
+    """Π_Θ: clip every coordinate to [−bound, bound] into ``out`` (two ufuncs; np.clip's
+    Python wrapper costs more than the arithmetic at this size)."""
+    np.minimum(np.maximum(x, -bound, out=out), bound, out=out)
 WEIGHTINGS = ("none", "inverse_frequency")
 
 
@@ -37,6 +43,7 @@ class AsyncLearner:
         N, sigma, T = len(sizes), 2.0 * lam, float(iterations)
         self.N, self.lam, self.theta_max, self.weighting = N, lam, theta_max, weighting
         self.share = sizes / sizes.sum()
+        self._share = self.share.tolist()  # Python floats: cheaper than numpy scalars per update
         self.step_owner = N * rho / (T * T * sigma)
         self.step_central = ((N - 1) * rho / (N * T * T * sigma) if theta_l_step == "printed"
                              else rho / (2.0 * T * T * sigma))
@@ -54,15 +61,14 @@ class AsyncLearner:
         self.k += 1
         self.counts[owner] += 1
         grad_g = (2.0 * self.lam) * theta_bar
-        weight = self.share[owner] * self._frequency_weight(owner)
+        weight = self._share[owner]
+        if self.weighting != "none":
+            weight *= self._frequency_weight(owner)
         step_i = theta_bar - self.step_owner * (grad_g / (2 * self.N) + weight * answer)
-        np.clip(step_i, -self.theta_max, self.theta_max, out=self.theta[owner])
-        step_L = theta_bar - self.step_central * grad_g
-        np.clip(step_L, -self.theta_max, self.theta_max, out=self.theta_L)
+        _project(step_i, self.theta_max, self.theta[owner])
+        _project(theta_bar - self.step_central * grad_g, self.theta_max, self.theta_L)
 
     def _frequency_weight(self, owner: int) -> float:
-        if self.weighting == "none":
-            return 1.0
         share = (self.counts[owner] + 1.0) / (self.k + self.N)
         return 1.0 / (self.N * share)
 

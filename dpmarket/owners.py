@@ -37,9 +37,8 @@ class DataOwner:
 
     def respond(self, theta: np.ndarray) -> np.ndarray | None:
         """The DP answer Q_i(θ) + w, or None (a refusal) when the budget cannot cover it."""
-        if not self.ledger.can_pay(self.charge):
+        if not self.ledger.try_pay(self.charge):
             return None
-        self.ledger.pay(self.charge)
         return self.exact_answer(theta) + self.noise.draw()
 
     @property
@@ -50,4 +49,4 @@ class DataOwner:
     @property
     def epsilon_spent(self) -> float:
         """ε spent so far (exact ledger value, as a float)."""
-        return float(self.ledger.spent)
+        return self.ledger.spent_float

@@ -84,29 +84,59 @@ class Accountant:
     Charges are exact rationals (the float ε_i is converted exactly), so ``m_i`` charges of
     ``ε_i/m_i`` sum to ``ε_i`` exactly and an (m_i+1)-th is refused, never let through by
     rounding. Refusal does not depend on who asks or when: it holds for any schedule.
+
+    Owners charge the same amount for every answer, so the ledger remembers, for the last
+    charge seen, how many more of it fit (an exact integer computed once with rationals);
+    repeated charges then cost an integer comparison instead of rational arithmetic.
     """
 
     def __init__(self, owner: int, budget: float) -> None:
         if not budget > 0:
             raise ValueError(f"Privacy budget must be positive, got {budget}")
         self.owner, self.budget = owner, Fraction(float(budget))
-        self.spent = Fraction(0)
         self.answers = 0
+        self.spent_float = 0.0
+        self._base = Fraction(0)  # spent before the current run of equal charges
+        self._charge = Fraction(1)
+        self._run = 0  # charges of self._charge paid since _base
+        self._fits = None  # how many more of self._charge fit (None: not computed yet)
+
+    @property
+    def spent(self) -> Fraction:
+        """ε spent so far, exactly."""
+        return self._base + self._charge * self._run
 
     @staticmethod
     def even_share(budget: float, answers: int) -> Fraction:
         """The exact charge of one of ``answers`` equal shares of ``budget``."""
         return Fraction(float(budget)) / int(answers)
 
+    def _fitting(self, charge: Fraction) -> int:
+        if self._fits is None or (charge is not self._charge and charge != self._charge):
+            if charge <= 0:
+                raise ValueError(f"Non-positive privacy charge {charge}")
+            self._base, self._run = self.spent, 0
+            self._charge, self._fits = charge, int((self.budget - self._base) // charge)
+        return self._fits
+
     def can_pay(self, charge: Fraction) -> bool:
         """Whether ``charge`` fits in what is left of the budget."""
-        return self.spent + charge <= self.budget
+        return self._fitting(charge) > 0
 
     def pay(self, charge: Fraction) -> None:
         """Record one answer costing ``charge``; raises BudgetExhaustedError if it would not fit."""
-        if charge <= 0:
-            raise ValueError(f"Non-positive privacy charge {charge}")
-        if not self.can_pay(charge):
+        if not self.try_pay(charge):
             raise BudgetExhaustedError(self.owner, float(self.spent), float(charge), float(self.budget))
-        self.spent += charge
+
+    def try_pay(self, charge: Fraction) -> bool:
+        """Record one answer costing ``charge`` if it fits; False (nothing recorded) if not."""
+        if self._fitting(charge) <= 0:
+            return False
+        self._fits -= 1
+        self._run += 1
         self.answers += 1
+        # float(spent) without building a Fraction: one correctly rounded integer division.
+        a, b = self._charge.numerator, self._charge.denominator
+        c, d = self._base.numerator, self._base.denominator
+        self.spent_float = (c * b + self._run * a * d) / (d * b)
+        return True

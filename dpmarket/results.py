@@ -51,10 +51,11 @@ def run_directory(target: Path) -> Iterator[Path]:
 
 
 def write_run(result: RunResult, directory: Path, plots: bool = True,
-              painter: Painter | None = None) -> None:
+              painter: Painter | None = None, topology: bool = True) -> None:
     """Write every table, the summary and the figures of ``result`` into ``directory``.
 
-    Figures go to ``painter`` (a helper process) when given, else are drawn here.
+    Figures go to ``painter`` (a helper process) when given, else are drawn here;
+    ``topology=False`` when the caller already wrote the topology files.
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
@@ -64,10 +65,8 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
-        graph = topology_graph(result)
-        _paint("graphml", graph, str(directory / "topology.graphml"))
-        if plots:
-            painter.paint("topology", graph, str(directory / "topology.png"))
+        if topology:
+            write_topology(result.scenario, result.consortium, directory, painter)
     if plots:
         painter.paint("run", figure_data(result), str(directory))
     painter.wait()
@@ -82,26 +81,31 @@ def write_channels(result: RunResult, path: Path) -> None:
                       "utilisation"), rows)
 
 
-def topology_graph(result: RunResult):
-    """The learner — channels — owners graph of a network run."""
-    from dpmarket.sim import topology
+def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None) -> None:
+    """``topology.graphml`` and ``topology.png``: learner, channels, owners of a network run.
 
-    net = result.network
-    return topology.build(result.consortium.names, net.channel_of, net.rates,
-                          [o.epsilon for o in result.owners], result.consortium.sizes,
-                          len(net.channels))
+    Only plain data cross to the painter, which builds the graph (networkx is imported there).
+    """
+    N = len(consortium.names)
+    data = {"names": list(consortium.names),
+            "channel_of": [scenario.owner_value(i, "channel") for i in range(N)],
+            "rates": [scenario.owner_value(i, "clock_rate") for i in range(N)],
+            "epsilons": [scenario.owner_value(i, "epsilon") for i in range(N)],
+            "sizes": [int(n) for n in consortium.sizes], "channels": scenario.network.channels,
+            "draw": scenario.output.plots}
+    (painter or Painter(enabled=False)).paint("topology", data, str(directory))
 
 
 def _paint(kind: str, data, path: str) -> None:
-    """Draw (or save) one figure; runs in the painter process when there is one."""
-    if kind == "graphml":
+    """Draw one figure (or the topology files); runs in the painter process when there is one."""
+    if kind == "topology":
         from dpmarket.sim import topology
 
-        topology.save(data, Path(path))
-    elif kind == "topology":
-        from dpmarket.sim import topology
-
-        topology.draw(data, Path(path))
+        draw = data.pop("draw")
+        graph = topology.build(**data)
+        topology.save(graph, Path(path) / "topology.graphml")
+        if draw:
+            topology.draw(graph, Path(path) / "topology.png")
     else:
         from dpmarket import plots as figures  # deferred: matplotlib is slow to import
 
@@ -258,8 +262,12 @@ def run_and_write(scenario, out: Path) -> RunResult:
     from dpmarket.run import execute
 
     with Painter(enabled=scenario.output.plots) as painter, run_directory(out) as staging:
-        result = execute(scenario, staging / "events.csv")
-        write_run(result, staging, scenario.output.plots, painter)
+        def on_data(consortium) -> None:
+            if scenario.network.mode != "ideal":
+                write_topology(scenario, consortium, staging, painter)
+
+        result = execute(scenario, staging / "events.csv", on_data)
+        write_run(result, staging, scenario.output.plots, painter, topology=False)
     return result
 
 

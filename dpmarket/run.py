@@ -7,6 +7,7 @@ Each stage is a function that can be used alone from Python; :func:`execute` cha
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,10 +73,17 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
     return owners
 
 
-def execute(scenario: Scenario, events_path: Path | None = None) -> RunResult:
-    """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere)."""
+def execute(scenario: Scenario, events_path: Path | None = None,
+            on_data: Callable[[Consortium], None] | None = None) -> RunResult:
+    """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
+
+    ``on_data`` is called once the owners' data exist, before training (results use it to
+    start drawing the topology while the simulation runs).
+    """
     start = time.perf_counter()
     consortium = build_consortium(scenario)
+    if on_data is not None:
+        on_data(consortium)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
     owners = build_owners(scenario, consortium, objective)

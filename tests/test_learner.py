@@ -8,7 +8,7 @@ from helpers import chi2_accepts, ks_accepts, tiny
 from scipy import stats
 
 from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
-from dpmarket.run import execute
+from dpmarket.run import build_owners, execute
 
 
 def reference_algorithm_1(sizes, p, T, rho, lam, tmax, owners, answers, central="printed"):
@@ -130,9 +130,8 @@ def test_inter_exchange_times_are_exponential():
             if event.kind == "update":
                 times.append(event.time)
 
+    owners = build_owners(scenario, result.consortium, objective)  # fresh ledgers
     training = Training(learner, owners, objective, Log(None), np.array([0]))
-    for o in owners:
-        o.ledger.spent, o.ledger.answers = 0, 0
     run_uniform(training, 4000, np.random.default_rng(1), np.random.default_rng(2))
     gaps = np.diff([0.0, *times])
     assert ks_accepts(gaps, stats.expon(scale=1 / 4))

@@ -11,8 +11,8 @@ import numpy as np
 DRAW_EACH_OWNER_UP_TO = 120
 
 
-def build(names: list[str], channel_of: np.ndarray, rates: np.ndarray, epsilons: list[float],
-          sizes: np.ndarray, channels: int) -> nx.Graph:
+def build(names: list[str], channel_of: list[int], rates: list[float], epsilons: list[float],
+          sizes: list[int], channels: int) -> nx.Graph:
     """Learner — channel — owner graph, with each owner's records, ε and clock rate as attributes."""
     graph = nx.Graph()
     graph.add_node("learner", kind="learner")
