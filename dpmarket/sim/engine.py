@@ -105,7 +105,8 @@ class Engine:
             if not self.availability.online(i) or self.in_exchange[i]:
                 continue
             if owner.exhausted:
-                self.emit("refusal", i, c, "budget spent: stops taking part")
+                self.training.log.emit(Event(self.env.now, "refusal", i, None, owner.epsilon_spent, c,
+                                             "budget spent: stops taking part"))
                 self._depart(i, "budgets exhausted")
                 return
             if self.net.mode == "broadcast":
