@@ -22,6 +22,11 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("scenario", type=Path)
     check.add_argument("--quiet", action="store_true", help="print nothing when valid")
     _add_set(check)
+    line = sub.add_parser("timeline", help="summarise and draw a run's communication timeline")
+    line.add_argument("run_dir", type=Path)
+    line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
+    line.add_argument("--from", dest="t0", type=float, help="start of the time window")
+    line.add_argument("--to", dest="t1", type=float, help="end of the time window")
     return parser
 
 
@@ -36,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "timeline":
+            return _timeline(args)
         return _run(args)
     except DPMarketError as exc:
         print(f"dpmarket: error: {exc}", file=sys.stderr)
@@ -68,4 +75,11 @@ def _run(args: argparse.Namespace) -> int:
     out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
     result = results.run_and_write(scenario, out)
     print(results.summary_table(result, out))
+    return 0
+
+
+def _timeline(args: argparse.Namespace) -> int:
+    from dpmarket import timeline
+
+    print(timeline.report(args.run_dir, args.owners, args.t0, args.t1))
     return 0

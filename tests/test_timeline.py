@@ -1,0 +1,104 @@
+"""The timeline command: exact figures on a hand-written event log, selections, windows, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from helpers import tiny
+
+from dpmarket.cli import main
+from dpmarket.results import run_and_write
+from dpmarket.timeline import TimelineError, load_run, owner_table, report, select_owners
+
+EVENTS = """time,kind,owner,k,epsilon_spent,channel,detail
+0.5,tick,0,,,0,
+0.5,request,0,,,0,
+1.0,dropout,1,,,0,
+1.5,query,0,,,0,
+1.6,response,0,,0.25,0,
+1.7,update,0,1,,0,
+2.0,collision,2,,,0,
+3.0,reconnect,1,,,0,
+4.0,dropout,1,,,0,
+5.0,response,2,,0.5,0,
+5.1,update,2,2,,0,
+6.0,tick,1,,,0,
+7.0,reconnect,1,,,0,
+8.0,update,0,3,,0,
+"""
+
+
+@pytest.fixture
+def handmade(tmp_path):
+    (tmp_path / "events.csv").write_text(EVENTS)
+    pd.DataFrame({"owner": [0, 1, 2], "name": ["a", "b", "c"], "epsilon": [1.0, 1.0, 2.0]}).to_csv(
+        tmp_path / "owners.csv", index=False)
+    (tmp_path / "scenario.toml").write_text('name = "h"\n[network]\ntransmission_time = 0.1\n')
+    pd.DataFrame({"channel": [0], "owners": [3], "transmissions": [5], "collided": [1],
+                  "busy_time": [0.5], "utilisation": [0.0625]}).to_csv(tmp_path / "channels.csv", index=False)
+    return tmp_path
+
+
+def test_exact_figures_on_a_hand_written_log(handmade):
+    run = load_run(handmade)
+    table = owner_table(run, np.arange(3), 0.0, 8.0)
+    assert table["exchanges"].tolist() == [2, 0, 1] and table["collisions"].tolist() == [0, 0, 1]
+    assert table["ticks"].tolist() == [1, 1, 0]
+    assert table["downtime"].tolist() == pytest.approx([0.0, 2.0 + 3.0, 0.0])
+    assert table["share"].tolist() == pytest.approx([2 / 3, 0.0, 1 / 3])
+    assert table["epsilon_spent"].tolist() == [0.25, 0.0, 0.5]
+
+
+def test_a_window_counts_an_outage_running_at_its_start(handmade):
+    table = owner_table(load_run(handmade), np.arange(3), 4.5, 6.5)
+    assert table["downtime"].tolist() == pytest.approx([0.0, 2.0, 0.0])  # offline since 4.0
+    assert table["exchanges"].tolist() == [0, 0, 1] and table["share"].tolist() == [0, 0, 1]
+    early = owner_table(load_run(handmade), np.arange(3), 0.0, 2.0)
+    assert early["epsilon_spent"].tolist() == [0.25, 0.0, 0.0]
+
+
+def test_selection_by_index_name_and_range():
+    names = ["a", "b", "c", "d", "e"]
+    assert select_owners("0,c,3-4", names).tolist() == [0, 2, 3, 4]
+    assert select_owners(None, names).tolist() == [0, 1, 2, 3, 4]
+    for bad in ("zed", "9", "1-7"):
+        with pytest.raises(TimelineError):
+            select_owners(bad, names)
+
+
+def test_report_writes_the_table_and_the_picture(handmade):
+    text = report(handmade, "a,b", 0.0, 8.0)
+    assert "owners in [0, 8] (2 selected)" in text and "utilisation" in text
+    assert (handmade / "timeline.png").read_bytes()[:4] == b"\x89PNG"
+    written = pd.read_csv(handmade / "timeline_owners.csv")
+    assert written["name"].tolist() == ["a", "b"] and written["exchanges"].tolist() == [2, 0]
+    assert not [p for p in handmade.iterdir() if p.name.startswith(".")]
+
+
+def test_many_owners_switch_to_heat_maps(tmp_path):
+    gen = np.random.default_rng(0)
+    n = 200
+    rows = pd.DataFrame({"time": np.sort(gen.uniform(0, 50, 3000)), "kind": "update",
+                         "owner": gen.integers(0, n, 3000), "k": np.arange(1, 3001),
+                         "epsilon_spent": np.nan, "channel": 0, "detail": ""})
+    rows.to_csv(tmp_path / "events.csv", index=False)
+    pd.DataFrame({"owner": range(n), "name": [f"o{i}" for i in range(n)], "epsilon": 1.0}).to_csv(
+        tmp_path / "owners.csv", index=False)
+    (tmp_path / "scenario.toml").write_text('name = "many"\n')
+    text = report(tmp_path)
+    assert "and 160 more owners" in text
+    assert (tmp_path / "timeline.png").stat().st_size > 1000
+
+
+def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
+    out = tmp_path / "run"
+    run_and_write(tiny(network={"mode": "request", "transmission_time": 0.01,
+                                "dropout": {"mean_online": 3.0, "mean_offline": 1.0}}), out)
+    assert main(["timeline", str(out), "--owners", "0-1", "--from", "1", "--to", "5"]) == 0
+    assert "owners in [1, 5] (2 selected)" in capsys.readouterr().out
+    for args in (["timeline", str(tmp_path / "nope")], ["timeline", str(out), "--owners", "x"],
+                 ["timeline", str(out), "--from", "5", "--to", "1"]):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("dpmarket: error:")
