@@ -51,7 +51,8 @@ class EventLog:
         self.counts[event.kind] += 1
         self.counts_by_owner[event.kind, event.owner] += 1
         if self._writer:
-            self._writer.writerow(["" if v is None else _text(v) for v in event])
+            # csv writes None as an empty field and floats with repr (shortest round-trip form)
+            self._writer.writerow(event)
 
     def close(self) -> None:
         """Flush and close the file."""
@@ -64,7 +65,3 @@ class EventLog:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _text(value: object) -> str:
-    return repr(value) if isinstance(value, float) else str(value)

@@ -26,7 +26,7 @@ class DataOwner:
         self.charge = Accountant.even_share(epsilon, answers)
         self.ledger = Accountant(index, epsilon)
         dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
-        self.noise = LaplaceNoise(noise_rng, self.scale, dim)
+        self.noise = LaplaceNoise(noise_rng, self.scale, dim, block=min(256, answers))
 
     def exact_answer(self, theta: np.ndarray) -> np.ndarray:
         """Q_i(θ) before noise (with per-example clipping when the owner clips)."""

@@ -10,6 +10,7 @@ an owner's spent ε creep past its budget.
 
 from __future__ import annotations
 
+import functools
 from fractions import Fraction
 
 import numpy as np
@@ -29,6 +30,7 @@ def laplace_scale(xi: float, answers: int, n_records: int, epsilon: float) -> fl
     return 2.0 * xi * answers / (n_records * epsilon)
 
 
+@functools.lru_cache(maxsize=4096)
 def answer_cap(split: str, iterations: int, share: float, cap: int | None,
                quantile: float) -> int:
     """m_i: the number of answers an owner's budget is split over.

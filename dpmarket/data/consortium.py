@@ -18,6 +18,9 @@ from dpmarket.models import OwnerData
 from dpmarket.scenario import Scenario
 
 
+PARALLEL_FROM_MEAN_SIZE = 5_000
+
+
 @dataclass(frozen=True)
 class Consortium:
     """Owners' names and data, and the declared data bounds the sensitivity is derived from."""
@@ -49,10 +52,14 @@ def build_consortium(scenario: Scenario) -> Consortium:
                                          d.label_bound, noise, streams.stream(seed, "data", i))
         return OwnerData.from_block(block, m.intercept, keep)
 
-    # Each owner has its own stream, so threads change the speed, never the records; numpy
-    # releases the GIL while filling large arrays, which makes two threads worth it on 2 cores.
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        owners = list(pool.map(make, range(len(sizes))))
+    # Each owner has its own stream, so threads change the speed, never the records. numpy
+    # releases the GIL while filling large arrays, which makes two threads worth it on 2 cores
+    # for hospitals and banks; thousands of tiny owners are Python-bound, so one thread there.
+    if sizes.mean() < PARALLEL_FROM_MEAN_SIZE:
+        owners = [make(i) for i in range(len(sizes))]
+    else:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            owners = list(pool.map(make, range(len(sizes))))
     names = [scenario.owner_value(i, "name") or synthetic.default_name(profile, i, len(sizes))
              for i in range(len(sizes))]
     y_max = 1.0 if profile.task == "classification" else d.label_bound

@@ -1,0 +1,135 @@
+"""Engine benchmark: SimPy event rate against a bare SimPy loop, ny_hospitals, mobile_devices.
+
+Run from the repository root:  python benchmarks/bench_engine.py [--quick]
+
+1. Event rate. The engine on ny_hospitals (request mode, collisions, losses, dropouts) against
+   a bare SimPy loop with the same number of processes, each a Poisson clock doing nothing but
+   time-outs, in the same run. Both rates count the events SimPy scheduled (its event-id
+   counter), divided by the wall time of env.run, so the engine is charged for all its work per
+   event (channel, learner update, DP answers, event log) and the loop for none.
+   Target: engine ≥ 0.5 × the bare loop's rate.
+2. ny_hospitals, 1,000 exchanges: the simulation (engine + learner; data generation excluded).
+   Target: < 1 s.
+3. mobile_devices, 100,000 exchanges (10,000 phones, broadcast mode), as a subprocess:
+   wall time and peak memory. Targets: < 60 s, < 1 GiB.
+Prints figures and PASS/FAIL; always exits 0 (a report, not a test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import simpy
+
+from dpmarket.data import build_consortium
+from dpmarket.events import EventLog
+from dpmarket.models import Objective, make_loss
+from dpmarket.run import build_owners
+from dpmarket.scenario import load
+from dpmarket.sim.engine import Engine
+from dpmarket.training import Training, make_learner, record_points
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def engine_for(path: Path, overrides: list[str]) -> Engine:
+    """A ready-to-run engine for a scenario (data generated and owners built outside the timing)."""
+    scenario = load(path, overrides)
+    consortium = build_consortium(scenario)
+    m, lr = scenario.model, scenario.learner
+    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    owners = build_owners(scenario, consortium, objective)
+    learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
+                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+    training = Training(learner, owners, objective, EventLog(None),
+                        record_points(lr.iterations, scenario.output.metric_points))
+    return Engine(scenario, training, consortium.names)
+
+
+def engine_rate(updates: int) -> tuple[float, float, int, int]:
+    """(events/s, seconds, events, processes) of the engine on ny_hospitals."""
+    engine = engine_for(ROOT / "scenarios" / "ny_hospitals.toml", [f"learner.iterations={updates}"])
+    start = time.perf_counter()
+    engine.run()
+    seconds = time.perf_counter() - start
+    events = next(engine.env._eid)  # SimPy's count of scheduled events
+    processes = engine_processes(engine)
+    return events / seconds, seconds, events, processes
+
+
+def engine_processes(engine: Engine) -> int:
+    """Long-lived processes: a clock per owner, an availability process per owner that has one."""
+    net = engine.net
+    per_owner = 1 + (net.dropout.mean_online is not None) + bool(net.outages)
+    return engine.N * per_owner + (net.channels if net.mode == "broadcast" else 0)
+
+
+def bare_rate(processes: int, events: int) -> float:
+    """Events/s of a bare SimPy loop: ``processes`` Poisson clocks doing only time-outs."""
+    env, gen = simpy.Environment(), np.random.default_rng(0)
+    draws = gen.exponential(1.0, size=(processes, events // processes + 2))
+
+    def clock(i: int):
+        for d in draws[i]:
+            yield env.timeout(d)
+
+    for i in range(processes):
+        env.process(clock(i))
+    start = time.perf_counter()
+    env.run()
+    return next(env._eid) / (time.perf_counter() - start)
+
+
+def ny_simulation(repeats: int) -> float:
+    """Best wall time of the engine for 1,000 exchanges of ny_hospitals."""
+    times = []
+    for _ in range(repeats):
+        engine = engine_for(ROOT / "scenarios" / "ny_hospitals.toml", [])
+        start = time.perf_counter()
+        engine.run()
+        times.append(time.perf_counter() - start)
+        assert engine.training.k == 1000
+    return min(times)
+
+
+def mobile(exchanges: int) -> tuple[float, float, str]:
+    """Wall seconds, peak RSS (GiB) and summary lines of a mobile_devices run in a subprocess."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "dpmarket", "run", "scenarios/mobile_devices.toml", "--out",
+               f"{tmp}/run", "--set", f"learner.iterations={exchanges}"]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True)
+        seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # KiB → GiB
+    return seconds, peak, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10,000 mobile exchanges, fewer repeats")
+    args = parser.parse_args()
+    rate, seconds, events, processes = engine_rate(5_000)
+    bare = bare_rate(processes, events)
+    ny = ny_simulation(2 if args.quick else 5)
+    exchanges = 10_000 if args.quick else 100_000
+    wall, peak, out = mobile(exchanges)
+    ok = {True: "PASS", False: "FAIL"}
+    print(f"event rate ({processes} processes, {events:,} SimPy events, ny_hospitals request mode)")
+    print(f"  engine      {rate:12,.0f} events/s")
+    print(f"  bare SimPy  {bare:12,.0f} events/s")
+    print(f"  ratio       {rate / bare:12.2f}   target >= 0.5   {ok[rate / bare >= 0.5]}")
+    print(f"ny_hospitals, 1,000 exchanges: simulation {ny:.3f} s   target < 1 s   {ok[ny < 1.0]}")
+    print(f"mobile_devices, {exchanges:,} exchanges: wall {wall:.1f} s, peak memory {peak:.2f} GiB   "
+          f"targets < 60 s, < 1 GiB   {ok[wall < 60 and peak < 1.0]}")
+    print("  " + "\n  ".join(out.strip().splitlines()))
+
+
+if __name__ == "__main__":
+    main()
