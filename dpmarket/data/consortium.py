@@ -17,7 +17,6 @@ from dpmarket.data import synthetic
 from dpmarket.models import OwnerData
 from dpmarket.scenario import Scenario
 
-
 PARALLEL_FROM_MEAN_SIZE = 5_000
 
 
