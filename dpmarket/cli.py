@@ -17,6 +17,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", type=Path)
     run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_set(run)
     check = sub.add_parser("validate", help="check a scenario file and print it resolved")
     check.add_argument("scenario", type=Path)
@@ -73,7 +74,7 @@ def _run(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
-    result = results.run_and_write(scenario, out)
+    result = results.run_and_write(scenario, out, progress=not args.quiet)
     print(results.summary_table(result, out))
     return 0
 

@@ -257,7 +257,7 @@ def _write_csv(path: Path, header: tuple, rows) -> None:
             writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
 
 
-def run_and_write(scenario, out: Path) -> RunResult:
+def run_and_write(scenario, out: Path, progress: bool = False) -> RunResult:
     """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success."""
     from dpmarket.run import execute
 
@@ -266,7 +266,7 @@ def run_and_write(scenario, out: Path) -> RunResult:
             if scenario.network.mode != "ideal":
                 write_topology(scenario, consortium, staging, painter)
 
-        result = execute(scenario, staging / "events.csv", on_data)
+        result = execute(scenario, staging / "events.csv", on_data, progress)
         write_run(result, staging, scenario.output.plots, painter, topology=False)
     return result
 

@@ -6,6 +6,7 @@ Each stage is a function that can be used alone from Python; :func:`execute` cha
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,11 +75,12 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
 
 
 def execute(scenario: Scenario, events_path: Path | None = None,
-            on_data: Callable[[Consortium], None] | None = None) -> RunResult:
+            on_data: Callable[[Consortium], None] | None = None, progress: bool = False) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
-    start drawing the topology while the simulation runs).
+    start drawing the topology while the simulation runs). ``progress`` shows a bar with an
+    ETA on stderr when stderr is a terminal.
     """
     start = time.perf_counter()
     consortium = build_consortium(scenario)
@@ -90,15 +92,23 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     lr = scenario.learner
     learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
-    with EventLog(events_path) as log:
+    with EventLog(events_path) as log, _bar(lr.iterations, progress) as bar:
         training = Training(learner, owners, objective, log,
-                            record_points(lr.iterations, scenario.output.metric_points))
+                            record_points(lr.iterations, scenario.output.metric_points), bar)
         network = simulate(scenario, training, consortium.names)
     reason = network.stop_reason if network else training.stop_reason
     own_psi = objective.psis(objective.own_data_models())
     curvature = step_curvature(learner, objective) if isinstance(learner, AsyncLearner) else None
     return RunResult(scenario, consortium, objective, owners, training, reason, own_psi,
                      time.perf_counter() - start, curvature, network)
+
+
+def _bar(total: int, enabled: bool):
+    """A tqdm progress bar on stderr (auto-disabled when stderr is not a terminal)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="update", file=sys.stderr, leave=False, mininterval=0.5,
+                disable=None if enabled else True)
 
 
 def simulate(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun | None:

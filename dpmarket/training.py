@@ -43,8 +43,9 @@ class Training:
     """State of one run: learner, owners, objective (for ψ), event log and metrics."""
 
     def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
-                 objective: Objective, log: EventLog, record_at: np.ndarray) -> None:
+                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
+        self.progress = progress  # anything with update(n), e.g. a tqdm bar
         self.record_at = np.zeros(int(record_at.max()) + 1, dtype=bool)
         self.record_at[record_at] = True
         self.metrics = Metrics()
@@ -87,6 +88,8 @@ class Training:
         self.sequence.append(owner)
         self.log.emit(Event(time, "update", owner, self.k, channel=channel))
         self._measure()
+        if self.progress is not None:
+            self.progress.update(1)
 
     def sync_round(self, time: float) -> bool:
         """One synchronous round (every owner answers); False if any owner refused."""
@@ -101,6 +104,8 @@ class Training:
         self.learner.update(np.array(answers))
         self.log.emit(Event(time, "update", -1, self.k))
         self._measure()
+        if self.progress is not None:
+            self.progress.update(1)
         return True
 
     def _ask(self, owner: int, theta: np.ndarray, time: float,
