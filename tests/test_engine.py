@@ -117,6 +117,15 @@ def test_broadcast_slots_idle_collide_and_charge_every_transmitted_answer(tmp_pa
         assert o.ledger.answers == responses[o.index]
 
 
+def test_broadcast_without_collisions_applies_every_response(tmp_path):
+    scenario = small({"mode": "broadcast", "clock_rate": 0.7, "broadcast_interval": 1.0,
+                      "transmission_time": 0.1, "collisions": False}, owners=3, iterations=40)
+    rows, result = events(tmp_path, scenario)
+    assert not any(r["kind"] == "collision" for r in rows)
+    assert result.training.k == 40
+    assert sum(r["kind"] == "response" for r in rows) == 40  # every answer became an update
+
+
 def test_same_seed_same_events_and_noise_independent_of_the_network(tmp_path):
     net = {"mode": "request", "transmission_time": 0.05, "latency": 0.01, "loss_probability": 0.1,
            "carrier_sense": True, "channels": 2, "dropout": {"mean_online": 3.0, "mean_offline": 1.0}}

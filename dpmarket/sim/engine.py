@@ -206,9 +206,11 @@ class Engine:
         results = [self.env.process(self.uplink(i, c)) for i in senders]
         if results:
             yield self.env.all_of(results)
-        if len(senders) == 1 and results[0].value and not self._dropped(senders[0], c,
-                                                                            epochs[senders[0]]):
-            self._apply(senders[0], c, points[senders[0]], answers[senders[0]])
+        # With collisions on, only a lone sender gets through; with them off, every delivered
+        # answer is applied in owner order (a receiver that decodes simultaneous messages).
+        for i, sent in zip(senders, results, strict=True):
+            if sent.value and not self._dropped(i, c, epochs[i]) and not self.done.triggered:
+                self._apply(i, c, points[i], answers[i])
 
     def _gone(self, owner: int) -> None:
         self._depart(owner, "no owner left")
