@@ -1,0 +1,5 @@
+"""The market layer (design §6): owners' privacy costs and the forecast they negotiate with.
+
+Groundwork for compensation policies: cost functions with closed-form best responses to a
+posted price, and the forecast ψ̂ of design §4 with its least-squares calibration.
+"""

@@ -1,0 +1,66 @@
+"""Market groundwork: closed-form best responses, the forecast formula, and its calibration."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import optimize
+
+from dpmarket.market.costs import Cost
+from dpmarket.market.forecast import Forecast, calibrate
+
+
+@pytest.mark.parametrize("kind", ["linear", "quadratic", "exponential"])
+@pytest.mark.parametrize("price", [0.3, 1.0, 2.5, 9.0])
+def test_best_response_matches_a_numeric_maximiser(kind, price):
+    cost = Cost(kind, 1.3)
+    best = cost.best_response(price, 0.1, 5.0)
+    numeric = optimize.minimize_scalar(lambda e: cost(e) - price * e, bounds=(0.1, 5.0),
+                                       method="bounded", options={"xatol": 1e-10})
+    utility = price * best - cost(best)
+    assert utility >= price * numeric.x - cost(numeric.x) - 1e-7
+    if kind == "quadratic":
+        assert best == pytest.approx(np.clip(price / 1.3, 0.1, 5.0))  # ε = clip(p/c)
+
+
+def test_costs_reject_bad_definitions():
+    with pytest.raises(ValueError):
+        Cost("cubic", 1.0)
+    with pytest.raises(ValueError):
+        Cost("linear", 0.0)
+
+
+def test_forecast_falls_as_epsilon_and_n_to_minus_two_without_c1():
+    f = Forecast(0.0, 2.1e9)
+    eps = np.full(3, 2.0)
+    assert f.psi(eps / 2, 750_000) == pytest.approx(4 * f.psi(eps, 750_000))
+    assert f.psi(eps, 375_000) == pytest.approx(4 * f.psi(eps, 750_000))
+    # the papers' lending constants: c̄'₂ = 2.1e9 at ε = 1, n = 3 × 250,000
+    assert f.psi(np.ones(3), 750_000) == pytest.approx(2.1e9 * 3 / 750_000**2)
+
+
+def pilots(c1: float, c2: float, noise: float, count: int = 60, seed: int = 0):
+    gen = np.random.default_rng(seed)
+    eps = [np.full(int(gen.integers(2, 8)), float(e)) for e in np.exp(gen.uniform(-1, 3, count))]
+    n = list(np.exp(gen.uniform(np.log(1e4), np.log(1e6), count)))
+    truth = [Forecast(c1, c2).psi(e, m) for e, m in zip(eps, n, strict=True)]
+    observed = [t * np.exp(noise * gen.standard_normal()) for t in truth]
+    return eps, n, observed
+
+
+def test_calibration_recovers_known_constants():
+    """60 pilots with 10% log-normal noise: constants within 5 SE, where SE ≈ noise/√points."""
+    c1, c2 = 30.0, 4e8
+    fit = calibrate(*pilots(c1, c2, noise=0.1))
+    tolerance = 5 * 0.1 / np.sqrt(60) * 3  # relative; ×3 for the correlation of the two terms
+    assert fit.c1 == pytest.approx(c1, rel=tolerance) and fit.c2 == pytest.approx(c2, rel=tolerance)
+    assert fit.r2 > 0.99 and fit.rms_relative_error < 0.2 and fit.points == 60
+    assert Forecast.from_dict(fit.to_dict()) == fit
+
+
+def test_a_model_missing_a_term_fits_clearly_worse():
+    data = pilots(300.0, 4e8, noise=0.05)
+    full, c2_only = calibrate(*data), calibrate(*data, terms=("c2",))
+    assert c2_only.c1 == 0.0
+    assert c2_only.rms_relative_error > 3 * full.rms_relative_error
+    assert c2_only.r2 < full.r2
