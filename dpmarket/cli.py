@@ -70,11 +70,17 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dpmarket import results
+    from dpmarket.painter import Painter
 
-    scenario = _load(args)
-    out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
-    result = results.run_and_write(scenario, out, progress=not args.quiet)
+    painter = Painter()  # started first: it imports matplotlib while the rest loads and runs
+    try:
+        from dpmarket import results
+
+        scenario = _load(args)
+        out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
+        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
+    finally:
+        painter.close()
     print(results.summary_table(result, out))
     return 0
 

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import csv
 import json
-import multiprocessing
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from dpmarket.errors import RunDirectoryError
+from dpmarket.painter import Painter
 from dpmarket.run import RunResult, is_async
 
 RUN_MARKER = "summary.json"
@@ -94,73 +93,6 @@ def write_topology(scenario, consortium, directory: Path, painter: Painter | Non
             "sizes": [int(n) for n in consortium.sizes], "channels": scenario.network.channels,
             "draw": scenario.output.plots}
     (painter or Painter(enabled=False)).paint("topology", data, str(directory))
-
-
-def _paint(kind: str, data, path: str) -> None:
-    """Draw one figure (or the topology files); runs in the painter process when there is one."""
-    if kind == "topology":
-        from dpmarket.sim import topology
-
-        draw = data.pop("draw")
-        graph = topology.build(**data)
-        topology.save(graph, Path(path) / "topology.graphml")
-        if draw:
-            topology.draw(graph, Path(path) / "topology.png")
-    else:
-        from dpmarket import plots as figures  # deferred: matplotlib is slow to import
-
-        figures.draw_run(figures.RunFigures(**data), path)
-
-
-def _warm() -> None:
-    """Import matplotlib and render a throw-away figure (fonts and renderer load once)."""
-    import io
-
-    from dpmarket import plots as figures
-
-    figures.psi_against_k(figures.RunFigures("warm-up", [0, 1], [1.0, 0.5], 0.5, [0], 1),
-                          io.BytesIO())
-
-
-class Painter:
-    """Draws figures in a forked helper process, started when a run starts.
-
-    Importing matplotlib and drawing the first figure take about a second; the helper does
-    both on the second core while the run generates data and simulates. Where fork is not
-    available (or ``enabled`` is False) figures are drawn in this process, with the same bytes.
-    """
-
-    def __init__(self, enabled: bool = True) -> None:
-        self._pool, self._jobs = None, []
-        if enabled and "fork" in multiprocessing.get_all_start_methods():
-            context = multiprocessing.get_context("fork")
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
-            self._jobs.append(self._pool.submit(_warm))
-
-    def paint(self, kind: str, data, path: str) -> None:
-        """Queue one figure (or draw it now, without a helper)."""
-        if self._pool is None:
-            _paint(kind, data, path)
-        else:
-            self._jobs.append(self._pool.submit(_paint, kind, data, path))
-
-    def wait(self) -> None:
-        """Block until every queued figure is written; re-raise the first failure."""
-        jobs, self._jobs = self._jobs, []
-        for job in jobs:
-            job.result()
-
-    def close(self) -> None:
-        """Stop the helper process."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-
-    def __enter__(self) -> Painter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def figure_data(result: RunResult) -> dict:
@@ -257,11 +189,19 @@ def _write_csv(path: Path, header: tuple, rows) -> None:
             writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
 
 
-def run_and_write(scenario, out: Path, progress: bool = False) -> RunResult:
-    """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success."""
+def run_and_write(scenario, out: Path, progress: bool = False,
+                  painter: Painter | None = None) -> RunResult:
+    """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success.
+
+    ``painter`` may be a figure helper the caller started early (it is closed here).
+    """
     from dpmarket.run import execute
 
-    with Painter(enabled=scenario.output.plots) as painter, run_directory(out) as staging:
+    if painter is None or not scenario.output.plots:
+        if painter is not None:
+            painter.close()
+        painter = Painter(enabled=scenario.output.plots)
+    with painter, run_directory(out) as staging:
         def on_data(consortium) -> None:
             if scenario.network.mode != "ideal":
                 write_topology(scenario, consortium, staging, painter)
