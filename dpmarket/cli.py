@@ -72,11 +72,12 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from dpmarket.painter import Painter
 
-    painter = Painter()  # started first: it imports matplotlib while the rest loads and runs
+    scenario = _load(args)
+    # Started before the heavy imports: it loads matplotlib while the rest loads and runs.
+    painter = Painter(enabled=scenario.output.plots)
     try:
         from dpmarket import results
 
-        scenario = _load(args)
         out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
         result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
     finally:

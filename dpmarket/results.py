@@ -197,10 +197,7 @@ def run_and_write(scenario, out: Path, progress: bool = False,
     """
     from dpmarket.run import execute
 
-    if painter is None or not scenario.output.plots:
-        if painter is not None:
-            painter.close()
-        painter = Painter(enabled=scenario.output.plots)
+    painter = painter or Painter(enabled=scenario.output.plots)
     with painter, run_directory(out) as staging:
         def on_data(consortium) -> None:
             if scenario.network.mode != "ideal":
