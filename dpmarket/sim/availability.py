@@ -75,7 +75,13 @@ def alternating(av: Availability, owner: int, mean_online: float, mean_offline: 
 def windows(av: Availability, owner: int,
             spans: list[tuple[float, float]]) -> Generator[simpy.Event, None, None]:
     """Offline during each [start, end) of ``spans`` (sorted, possibly overlapping)."""
-    for start, end in sorted(spans):
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(spans):  # overlapping or touching spans: one offline period
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    for start, end in merged:
         if end <= av.env.now:
             continue
         if start > av.env.now:
@@ -102,7 +108,10 @@ def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float
             if reader.fieldnames is None or not {"owner", "start", "end"} <= set(reader.fieldnames):
                 raise ScenarioError(path, "network.availability", _MISSING,
                                     "needs columns owner,start,end")
-            for line, row in enumerate(reader, start=2):
+            for row in reader:
+                line = reader.line_num  # the file's line (blank lines are skipped, not counted)
+                if None in (row["owner"], row["start"], row["end"]):
+                    raise ScenarioError(f"{path}:{line}", "row", _MISSING, "needs owner,start,end")
                 owner = _owner(row["owner"], index, len(names), path, line)
                 start, end = _time(row["start"], path, line), _time(row["end"], path, line)
                 if end <= start:
@@ -110,6 +119,8 @@ def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float
                 spans.setdefault(owner, []).append((start, end))
     except OSError as exc:
         raise ScenarioError(path, "network.availability", path, f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ScenarioError(path, "network.availability", path, "cannot read: not UTF-8 text") from None
     return spans
 
 
