@@ -215,3 +215,72 @@ def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:
                      "tables only. Run again with --set output.plots=true to draw them.")]
     return [Figure(caption, directory / name) for name, caption in RUN_FIGURES
             if (directory / name).exists()]
+
+
+# --- the reports of sweeps and replicated runs ----------------------------------------------
+
+def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict,
+                 figures: list[Path]) -> Path:
+    """``report.html`` of a sweep: grid and forecast fit, the figures, sweep.csv, sweep_owners.csv."""
+    fit = meta.get("forecast") or {}
+    blocks: list[Block] = [
+        Heading("Set-up"),
+        Table("sweep.json", [{"key": k, "value": _plain(v)} for k, v in meta.items() if k != "wall_seconds"],
+              max_rows=len(meta)),
+        Text(_forecast_text(fit)),
+        Heading("Figures"),
+        *[Figure(_caption(p), p) for p in figures],
+        Heading("Cells"),
+        Table("sweep.csv: one row per cell", sweep, max_rows=200),
+        Heading("Owners"),
+        Table("sweep_owners.csv: own-data ψ of every owner against its cell's median ψ", owners,
+              max_rows=200),
+    ]
+    return write_report(directory, title, blocks)
+
+
+def replications_report(directory: Path, title: str, replications: pd.DataFrame,
+                        figures: list[Path]) -> Path:
+    """``report.html`` of ``run --replications``: the band figure and replications.csv."""
+    psi = replications["psi_final"]
+    blocks: list[Block] = [
+        Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
+             f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
+        *[Figure(_caption(p), p) for p in figures],
+        Table("replications.csv: one row per replication", replications, max_rows=200),
+    ]
+    return write_report(directory, title, blocks)
+
+
+# Captions of the figures dpmarket.sweep_plots draws, by file name.
+SWEEP_CAPTIONS = {
+    "psi_epsilon.png": "Mean ψ(θ_L,T) against ε on log-log axes (whiskers: 25–75 %), with the "
+                       "least-squares slope (dashed) and the calibrated forecast (solid).",
+    "psi_records.png": "Mean ψ(θ_L,T) against the total records n on log-log axes, with the fitted "
+                       "slope (dashed) and the forecast (solid).",
+    "collaboration.png": "Value of collaboration: log10(E ψ / ψ(θ_1*)) over (N, ε); 'benefit' where "
+                         "the collaborative model beats the first owner's own-data model.",
+    "owner_benefit.png": "Each owner's own-data ψ(θ_i*) against its records; lines: the cell's "
+                         "median collaborative ψ. Owners above their line benefit.",
+    "convergence.png": "ψ(θ_L,k) against k: median over replications and the 25–75 % band.",
+}
+
+
+def _caption(path: Path) -> str:
+    return SWEEP_CAPTIONS.get(Path(path).name, Path(path).name)
+
+
+def _forecast_text(fit: dict) -> str:
+    if not fit:
+        return "No forecast was calibrated."
+    return (f"Forecast ψ̂ = c₁/n·sqrt(Σε_i⁻²) + c₂/n²·Σε_i⁻² fitted to the cells' mean ψ: "
+            f"c₁ = {fit.get('c1', float('nan')):.4g}, c₂ = {fit.get('c2', float('nan')):.4g}, "
+            f"R² of log ψ = {fit.get('r2', float('nan')):.4f}, RMS relative error "
+            f"{fit.get('rms_relative_error', float('nan')):.3g} over {fit.get('points', 0)} cells.")
+
+
+def _plain(value: Any) -> str:
+    """Nested meta values (the grid, the fit) as compact text."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    return format_value(value)

@@ -42,8 +42,10 @@ class SlopeFit:
 
     def label(self) -> str:
         """``slope −2.01 ± 0.03`` (the ± is one standard error; omitted when unknown)."""
-        se = "" if np.isnan(self.se) else f" ± {self.se:.2f}"
-        return f"slope {self.slope:.2f}{se}"
+        if np.isnan(self.se):
+            return f"slope {self.slope:.2f}"
+        digits = max(2, 1 - int(np.floor(np.log10(self.se)))) if self.se > 0 else 3
+        return f"slope {self.slope:.{digits}f} ± {self.se:.{digits}f}"
 
 
 def fit_loglog(x: np.ndarray, y: np.ndarray) -> SlopeFit:
@@ -75,9 +77,9 @@ def _save(fig: Figure, path: Path) -> Path:
 def _log_axes(ax) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):  # plain tick labels: mathtext ones are slow to draw
+    for axis in (ax.xaxis, ax.yaxis):  # plain labels; minor ones too when under two decades show
         axis.set_major_formatter(ticker.LogFormatter())
-        axis.set_minor_formatter(ticker.NullFormatter())
+        axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
 # --- convergence bands ----------------------------------------------------------------------
