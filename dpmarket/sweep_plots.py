@@ -77,9 +77,14 @@ def _save(fig: Figure, path: Path) -> Path:
 def _log_axes(ax) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
-    for axis in (ax.xaxis, ax.yaxis):  # plain labels; minor ones too when under two decades show
-        axis.set_major_formatter(ticker.LogFormatter())
-        axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    _log_labels(ax.xaxis)
+    _log_labels(ax.yaxis)
+
+
+def _log_labels(axis) -> None:
+    """Plain (not mathtext) labels on a log axis; minor ticks labelled when under a decade shows."""
+    axis.set_major_formatter(ticker.LogFormatter())
+    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
 
 
 # --- convergence bands ----------------------------------------------------------------------
@@ -111,8 +116,7 @@ def draw_bands(runs: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
         ax.plot(b["k"], b["median"], color=colour, lw=1.4,
                 label=f"{label + ': ' if label else ''}median of {reps} runs, 25–75 % shaded")
     ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(ticker.LogFormatter())
-    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    _log_labels(ax.yaxis)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("relative fitness ψ(θ_L,k)")
     ax.set_title(title, fontsize=10)
@@ -152,7 +156,7 @@ def _groups(sweep: pd.DataFrame, exclude: tuple[str, ...]) -> Iterator[tuple[str
 def _title(meta: dict, what: str) -> str:
     name = meta.get("scenario") or meta.get("name") or "sweep"
     reps = meta.get("replications")
-    return f"{name}: {what}" + (f" ({reps} replications per point)" if reps else "")
+    return f"{name}: {what}" + (f"\n{reps} replications per point" if reps else "")
 
 
 def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabel: str,
@@ -160,7 +164,7 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
     """Mean ψ (markers, 25–75 % whiskers of ψ) against ``x_column``, log-log, per group of the
     other swept keys, with the fitted slope (dashed) and the calibrated forecast (solid)."""
     fig = Figure(figsize=(6.4, 4.4))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
     groups = list(_groups(sweep, (key,)))
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(groups)))
@@ -177,7 +181,7 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
     _log_axes(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("relative fitness ψ(θ_L,T)")
-    ax.set_title(_title(meta, f"ψ against {xlabel}") + "\n" + _forecast_note(meta), fontsize=9)
+    ax.set_title(_title(meta, f"ψ against {xlabel}") + "; " + _forecast_note(meta), fontsize=9)
     ax.legend(fontsize=7)
     return _save(fig, Path(path))
 
@@ -193,18 +197,20 @@ def _whiskers(rows: pd.DataFrame) -> np.ndarray | None:
 def _forecast_note(meta: dict) -> str:
     f = meta.get("forecast") or {}
     if not f:
-        return "dashed: least-squares fit; no forecast calibrated"
+        return "dashed: fit; no forecast"
     return (f"dashed: fit; solid: forecast c₁={f.get('c1', float('nan')):.3g}, "
-            f"c₂={f.get('c2', float('nan')):.3g} (R² of log ψ {f.get('r2', float('nan')):.3f})")
+            f"c₂={f.get('c2', float('nan')):.3g}, R²={f.get('r2', float('nan')):.3f}")
 
 
 def collaboration_grid(sweep: pd.DataFrame) -> pd.DataFrame:
     """Owners N (rows) × ε (columns) of log10(E ψ / ψ(θ_1*)): negative where the first owner benefits.
 
-    Cells repeated over other swept keys are averaged in log space.
+    The axes are the grid values as swept (the computed ``epsilon_harmonic`` differs from them
+    in the last bits from one N to the next, which would split a column). Cells repeated over
+    other swept keys are averaged in log space.
     """
     ratio = np.log10(sweep["psi_mean"] / sweep["own_psi_first"])
-    frame = pd.DataFrame({"N": sweep["owners"], "epsilon": sweep["epsilon_harmonic"], "ratio": ratio})
+    frame = pd.DataFrame({"N": sweep[OWNERS_KEY], "epsilon": sweep[EPSILON_KEY], "ratio": ratio})
     return frame.pivot_table(index="N", columns="epsilon", values="ratio", aggfunc="mean").sort_index()
 
 
@@ -235,7 +241,7 @@ def draw_owner_benefit(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, pa
     of its cell (line): owners above their cell's line benefit (papers' Figure 11)."""
     cells = _benefit_cells(sweep)
     fig = Figure(figsize=(6.4, 4.6))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(cells)))
     for cell, colour in zip(cells, colours, strict=True):
@@ -250,7 +256,7 @@ def draw_owner_benefit(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, pa
     _log_axes(ax)
     ax.set_xlabel("owner's records n_i")
     ax.set_ylabel("own-data ψ(θ_i*) (markers); collaborative ψ (lines)")
-    ax.set_title(_title(meta, "which owners benefit (markers above their line)"), fontsize=9)
+    ax.set_title(_title(meta, "which owners benefit (markers above their cell's line)"), fontsize=9)
     ax.legend(fontsize=7)
     return _save(fig, Path(path))
 

@@ -84,6 +84,8 @@ def test_collaboration_grid_marks_the_right_cells():
     expected = np.array([[N * e**2 > 1000 for e in cells.columns] for N in cells.index])
     assert np.array_equal(cells.to_numpy() < 0, expected)
     assert expected.any() and not expected.all()  # both kinds of cell are present
+    jittered = sweep.assign(epsilon_harmonic=sweep["epsilon_harmonic"] * (1 + 1e-15 * sweep["owners"]))
+    assert collaboration_grid(jittered).shape == (4, 3)  # rounding in ε_harmonic splits no column
     flipped = collaboration_grid(sweep.assign(own_psi_first=1e-6))  # a far better own model
     assert not (flipped.to_numpy() < 0).any()
 
