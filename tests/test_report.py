@@ -113,3 +113,22 @@ def test_run_report_can_be_redone_from_python(tmp_path):
     result = run_and_write(tiny(), out)
     before = (out / "report.html").read_bytes()
     assert run_report(result, out).read_bytes() == before
+
+
+def test_sweep_and_replication_reports_embed_their_figures(tmp_path):
+    """The sweep page shows the fit, every figure given and both tables, escaped, self-contained."""
+    from dpmarket.report import replications_report, sweep_report
+
+    png = _png(tmp_path, "psi_epsilon.png")
+    sweep = pd.DataFrame({"cell": [0, 1], "privacy.epsilon": [1.0, 10.0], "replications": [5, 5],
+                          "psi_mean": [0.5, 0.005]})
+    owners = pd.DataFrame({"cell": [0, 1], "owner": [0, 0], "name": ["<b>bank</b>", "<b>bank</b>"]})
+    meta = {"grid": {"privacy.epsilon": [1.0, 10.0]}, "replications": 5, "wall_seconds": 3.2,
+            "forecast": {"c1": 0.0, "c2": 2.1e9, "r2": 0.98, "rms_relative_error": 0.1, "points": 2}}
+    page = sweep_report(tmp_path, "sweep", sweep, owners, meta, [png]).read_text(encoding="utf-8")
+    assert page.count("base64,") == 1 and _external_references(page) == []
+    assert "c₂ = 2.1e+09" in page and "&lt;b&gt;bank&lt;/b&gt;" in page and "<b>" not in page
+    assert "wall_seconds" not in page  # a re-run gives the same page
+    reps = pd.DataFrame({"replication": [0, 1, 2], "psi_final": [0.1, 0.2, 0.4]})
+    page = replications_report(tmp_path, "reps", reps, [png]).read_text(encoding="utf-8")
+    assert "median 0.2" in page and page.count("base64,") == 1
