@@ -181,7 +181,7 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
     _log_axes(ax)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("relative fitness ψ(θ_L,T)")
-    ax.set_title(_title(meta, f"ψ against {xlabel}") + "; " + _forecast_note(meta), fontsize=9)
+    ax.set_title(_title(meta, f"ψ against {xlabel}") + "; " + _forecast_note(meta), fontsize=8)
     ax.legend(fontsize=7)
     return _save(fig, Path(path))
 
