@@ -69,6 +69,9 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     if plots:
         painter.paint("run", figure_data(result), str(directory))
     painter.wait()
+    from dpmarket.report import run_report  # deferred: only runs that are written need it
+
+    run_report(result, directory, plots)
 
 
 def write_channels(result: RunResult, path: Path) -> None:

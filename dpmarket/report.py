@@ -1,0 +1,286 @@
+"""``report.html``: one self-contained page per run, sweep or comparison (issue 5, item 5).
+
+A report is a list of blocks (headings, paragraphs, tables, figures) rendered to a single
+HTML file a user opens in a browser with no network: CSS inline, figures embedded as base64
+PNG, no JavaScript. Every text and table cell is HTML-escaped, so names from scenario files
+cannot inject markup. The file is written atomically (a temporary sibling renamed into place)
+and contains no timestamp or wall time, so the same run gives the same bytes.
+
+Tables are rendered here rather than with ``DataFrame.to_html``: importing pandas costs about
+half a second, a third of a whole ``run``, and a hand-rolled renderer fixes the number format.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpmarket.run import RunResult
+
+REPORT_NAME = "report.html"
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 70em; padding: 0 1em; color: #222; line-height: 1.4; }
+h1 { font-size: 1.5em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }
+h2 { font-size: 1.2em; margin-top: 1.6em; }
+table { border-collapse: collapse; font-size: .85em; margin: .4em 0 1em; }
+caption { text-align: left; font-weight: bold; padding: .3em 0; }
+th, td { border: 1px solid #ddd; padding: .2em .5em; text-align: right; }
+th { background: #f3f3f3; }
+td.text { text-align: left; }
+figure { margin: 1em 0; }
+figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: .9em; color: #555; }
+p.note { color: #666; font-size: .9em; }
+""".strip()
+
+
+@dataclass(frozen=True)
+class Heading:
+    """A section title."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Text:
+    """A paragraph of plain text (escaped; blank lines separate paragraphs)."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table: a pandas DataFrame or a sequence of dicts sharing their keys (one per row)."""
+
+    caption: str
+    frame: pd.DataFrame | Sequence[Mapping[str, Any]]
+    max_rows: int = 60
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A PNG file, embedded in the page as base64."""
+
+    caption: str
+    path: Path
+
+
+Block = Heading | Text | Table | Figure
+
+
+def write_report(directory: Path, title: str, blocks: list[Block]) -> Path:
+    """Render ``blocks`` into ``directory/report.html`` atomically; return its path."""
+    page = render(title, blocks)
+    target = Path(directory) / REPORT_NAME
+    # A hidden sibling (same filesystem, so the rename is atomic) with the usual permissions.
+    staging = target.with_name(f".{REPORT_NAME}.{os.getpid()}.tmp")
+    try:
+        with open(staging, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(page)
+        os.replace(staging, target)
+    finally:
+        if os.path.exists(staging):
+            os.unlink(staging)
+    return target
+
+
+def render(title: str, blocks: Iterable[Block]) -> str:
+    """The whole HTML page for ``blocks`` (pure: no file is written)."""
+    body = "\n".join(_render_block(b) for b in blocks)
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{_esc(title)}</title>\n<style>\n{_CSS}\n</style>\n</head>\n<body>\n"
+            f"<h1>{_esc(title)}</h1>\n{body}\n</body>\n</html>\n")
+
+
+def _render_block(block: Block) -> str:
+    if isinstance(block, Heading):
+        return f"<h2>{_esc(block.text)}</h2>"
+    if isinstance(block, Text):
+        return "\n".join(f"<p>{_esc(p.strip())}</p>" for p in block.text.split("\n\n") if p.strip())
+    if isinstance(block, Table):
+        return _render_table(block)
+    if isinstance(block, Figure):
+        return _render_figure(block)
+    raise TypeError(f"not a report block: {block!r}")
+
+
+def _render_table(table: Table) -> str:
+    """An HTML table of at most ``max_rows`` rows, with a note saying how many were left out."""
+    columns, rows = _columns_and_rows(table.frame)
+    shown = rows[: table.max_rows]
+    head = "".join(f"<th>{_esc(str(c))}</th>" for c in columns)
+    lines = ["<table>", f"<caption>{_esc(table.caption)}</caption>", f"<tr>{head}</tr>"]
+    lines += ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in shown]
+    lines.append("</table>")
+    if len(rows) > len(shown):
+        lines.append(f'<p class="note">First {len(shown)} of {len(rows)} rows shown.</p>')
+    return "\n".join(lines)
+
+
+def _columns_and_rows(frame) -> tuple[list, list[tuple]]:
+    """Column names and row tuples of a DataFrame or of a sequence of dicts."""
+    if hasattr(frame, "itertuples"):
+        return list(frame.columns), list(frame.itertuples(index=False, name=None))
+    rows = list(frame)
+    columns = list(rows[0]) if rows else []
+    return columns, [tuple(r[c] for c in columns) for r in rows]
+
+
+def _cell(value: Any) -> str:
+    """A ``<td>``: numbers right-aligned in a fixed short format, text left-aligned and escaped."""
+    text = format_value(value)
+    numeric = isinstance(value, int | float) and not isinstance(value, bool) or _is_numpy_number(value)
+    return f"<td>{_esc(text)}</td>" if numeric else f'<td class="text">{_esc(text)}</td>'
+
+
+def _is_numpy_number(value: Any) -> bool:
+    return type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.dtype.kind in "iuf"
+
+
+def format_value(value: Any) -> str:
+    """A short, deterministic text form: 6 significant digits for floats, lists abbreviated."""
+    if isinstance(value, bool) or value is None:
+        return "" if value is None else str(value)
+    if isinstance(value, float) or (_is_numpy_number(value) and value.dtype.kind == "f"):
+        v = float(value)
+        return "nan" if math.isnan(v) else f"{v:.6g}"
+    if isinstance(value, list | tuple):
+        items = [format_value(v) for v in value[:8]]
+        return "[" + ", ".join(items) + (", …" if len(value) > 8 else "") + "]"
+    return str(value)
+
+
+def _render_figure(figure: Figure) -> str:
+    data = base64.b64encode(Path(figure.path).read_bytes()).decode("ascii")
+    return (f'<figure><img alt="{_esc(figure.caption)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{_esc(figure.caption)}</figcaption></figure>")
+
+
+def _esc(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+# --- the report of a single run -------------------------------------------------------------
+
+# Run figures, in the order shown, with their captions (drawn by dpmarket.plots / topology).
+RUN_FIGURES = (
+    ("psi.png", "ψ(θ_L,k) against the iteration k (log scale), with the median own-data ψ."),
+    ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
+    ("topology.png", "The network: learner, channels and owners."),
+)
+
+
+def run_report(result: RunResult, directory: Path, plots: bool | None = None) -> Path:
+    """``report.html`` of one run: summary, owners, and the figures already in ``directory``.
+
+    ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``).
+    ``wall_seconds`` is left out so that the page, like every other file but
+    ``summary.json``, is byte-identical for the same seed.
+    """
+    from dpmarket.results import owner_rows, summary
+
+    directory = Path(directory)
+    facts = {k: v for k, v in summary(result).items() if k != "wall_seconds"}
+    owners = owner_rows(result)
+    blocks: list[Block] = [
+        Text(result.scenario.description or ""),
+        Heading("Summary"),
+        Table("summary.json (wall time left out)", [{"key": k, "value": v} for k, v in facts.items()],
+              max_rows=len(facts)),
+        Heading("Owners"),
+        Table(f"owners.csv: {facts['owners_benefiting']} of {len(owners)} owners benefit "
+              "(ψ of the collaborative model below their own-data ψ)", owners, max_rows=100),
+        Heading("Figures"),
+        *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
+    ]
+    return write_report(directory, f"dpmarket run: {result.scenario.name} (seed {result.scenario.seed})",
+                        blocks)
+
+
+def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:
+    """Figure blocks for the run figures present in ``directory``, or a note when none were drawn."""
+    if not plots:
+        return [Text("No figures: output.plots = false in the scenario, so this report has "
+                     "tables only. Run again with --set output.plots=true to draw them.")]
+    return [Figure(caption, directory / name) for name, caption in RUN_FIGURES
+            if (directory / name).exists()]
+
+
+# --- the reports of sweeps and replicated runs ----------------------------------------------
+
+def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict,
+                 figures: list[Path]) -> Path:
+    """``report.html`` of a sweep: grid and forecast fit, the figures, sweep.csv, sweep_owners.csv."""
+    fit = meta.get("forecast") or {}
+    blocks: list[Block] = [
+        Heading("Set-up"),
+        Table("sweep.json", [{"key": k, "value": _plain(v)} for k, v in meta.items() if k != "wall_seconds"],
+              max_rows=len(meta)),
+        Text(_forecast_text(fit)),
+        Heading("Figures"),
+        *[Figure(_caption(p), p) for p in figures],
+        Heading("Cells"),
+        Table("sweep.csv: one row per cell", sweep, max_rows=200),
+        Heading("Owners"),
+        Table("sweep_owners.csv: own-data ψ of every owner against its cell's median ψ", owners,
+              max_rows=200),
+    ]
+    return write_report(directory, title, blocks)
+
+
+def replications_report(directory: Path, title: str, replications: pd.DataFrame,
+                        figures: list[Path]) -> Path:
+    """``report.html`` of ``run --replications``: the band figure and replications.csv."""
+    psi = replications["psi_final"]
+    blocks: list[Block] = [
+        Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
+             f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
+        *[Figure(_caption(p), p) for p in figures],
+        Table("replications.csv: one row per replication", replications, max_rows=200),
+    ]
+    return write_report(directory, title, blocks)
+
+
+# Captions of the figures dpmarket.sweep_plots draws, by file name.
+SWEEP_CAPTIONS = {
+    "psi_epsilon.png": "Mean ψ(θ_L,T) against ε on log-log axes (whiskers: 25–75 %), with the "
+                       "least-squares slope (dashed) and the calibrated forecast (solid).",
+    "psi_records.png": "Mean ψ(θ_L,T) against the total records n on log-log axes, with the fitted "
+                       "slope (dashed) and the forecast (solid).",
+    "collaboration.png": "Value of collaboration: log10(E ψ / ψ(θ_1*)) over (N, ε); 'benefit' where "
+                         "the collaborative model beats the first owner's own-data model.",
+    "owner_benefit.png": "Each owner's own-data ψ(θ_i*) against its records; lines: the cell's "
+                         "median collaborative ψ. Owners above their line benefit.",
+    "convergence.png": "ψ(θ_L,k) against k: median over replications and the 25–75 % band.",
+}
+
+
+def _caption(path: Path) -> str:
+    return SWEEP_CAPTIONS.get(Path(path).name, Path(path).name)
+
+
+def _forecast_text(fit: dict) -> str:
+    if not fit:
+        return "No forecast was calibrated."
+    return (f"Forecast ψ̂ = c₁/n·sqrt(Σε_i⁻²) + c₂/n²·Σε_i⁻² fitted to the cells' mean ψ: "
+            f"c₁ = {fit.get('c1', float('nan')):.4g}, c₂ = {fit.get('c2', float('nan')):.4g}, "
+            f"R² of log ψ = {fit.get('r2', float('nan')):.4f}, RMS relative error "
+            f"{fit.get('rms_relative_error', float('nan')):.3g} over {fit.get('points', 0)} cells.")
+
+
+def _plain(value: Any) -> str:
+    """Nested meta values (the grid, the fit) as compact text."""
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_plain(v)}" for k, v in value.items())
+    return format_value(value)
