@@ -258,8 +258,8 @@ def _data_lines(report: dict | None) -> list[str]:
     rows_out = report["rows_below_min_records"] + report["rows_beyond_max_owners"]
     unseen = sum(report["unseen_categories"].values())
     return [f"data          {report['rows_read']:,} rows read; hold-out {report['holdout_rows']:,}; "
-            f"dropped {report['rows_dropped_missing']:,} with missing values and {rows_out:,} of "
-            f"{left_out} owners left out",
+            f"dropped {report['rows_dropped_missing']:,} with missing values; left out {left_out} "
+            f"owners ({rows_out:,} rows)",
             f"              {report['features_encoded']} encoded columns -> {report['features']} "
             f"features; clipped {report['feature_values_clipped']:,} feature values "
             f"({report['records_with_clipped_features']:,} records), {report['labels_clipped']:,} "
