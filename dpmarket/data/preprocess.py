@@ -78,7 +78,7 @@ class PublicTransform:
 
 def level_codes(values: np.ndarray, levels: tuple[str, ...]) -> np.ndarray:
     """Index of each value in ``levels`` (hash lookup), ``len(levels)`` for a value not in it."""
-    codes = pd.Categorical(values, categories=list(levels)).codes.astype(np.int64)
+    codes = pd.Index(list(levels), dtype=object).get_indexer(values).astype(np.int64)
     return np.where(codes < 0, len(levels), codes)
 
 
