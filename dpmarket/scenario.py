@@ -382,8 +382,8 @@ def _check_table(t: Table, fail) -> None:
     needs = [k for k, on in (("standardize", t.standardize), ("components", t.components > 0),
                              ("categorical", bool(t.categorical))) if on]
     if needs and t.holdout == 0:
-        fail("data.table.holdout", 0, f"{', '.join(needs)} need constants from a public hold-out "
-             "(never from owners' rows): set holdout to a number of rows")
+        fail("data.table.holdout", 0, f"the hold-out is empty but {' and '.join(needs)} take their "
+             "constants from it (never from owners' rows): set holdout to a number of rows")
 
 
 def _check_network(s: Scenario, fail) -> None:

@@ -169,9 +169,12 @@ def _numeric(series: pd.Series, path: str, col: str) -> tuple[np.ndarray, np.nda
 
 
 def _strings(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Values as strings (categories, owner names, classes) and the missing mask."""
+    """Values as text exactly as in the file (categories, owner names, classes), and the missing mask.
+
+    Nothing is normalised (no stripping, no case folding): " Bronx" and "Bronx" stay two values.
+    """
     missing = series.isna().to_numpy()
-    values = series.astype(str).str.strip().to_numpy(dtype=object)
+    values = series.astype(str).to_numpy(dtype=object)
     values[missing] = ""
     return values, missing | (values == "")
 
