@@ -175,6 +175,15 @@ def test_small_owners_are_an_error_unless_dropped_and_then_counted(csv):
     assert r["owners_left_out"] == ["C", "D"]
 
 
+def test_no_owner_left_and_an_empty_hold_out_are_errors(tmp_path, csv):
+    with pytest.raises(DataError, match=r"column 'site': no owner has min_records = 500 rows"):
+        load_owners(scenario(csv, min_records=500, small_owners="drop"))
+    df = records()
+    df.loc[len(df) - HOLDOUT:, "a"] = np.nan
+    with pytest.raises(DataError, match=r"all 40 hold-out rows have missing values"):
+        load_owners(scenario(write(df, tmp_path / "t.csv"), missing="drop"))
+
+
 def test_max_owners_keeps_the_largest_and_counts_the_rest(csv):
     loaded = load_owners(scenario(csv, max_owners=2))
     assert loaded.names == ["A", "B"]
