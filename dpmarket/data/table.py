@@ -67,29 +67,33 @@ def load_owners(scenario: Scenario) -> TableOwners:
     parsed = parse(frame, spec, path)
     del frame
     public = np.arange(n) >= n - spec.holdout
-    held = np.flatnonzero(public & parsed.keep)
-    if spec.holdout and len(held) == 0:
-        raise DataError(path, None, f"all {spec.holdout} hold-out rows have missing values")
-    transform = preprocess.fit(spec, parsed.take(held), spec.numeric, spec.categorical,
-                               d.feature_bound, d.label_bound, path)
+    transform, held = _fit_on_holdout(scenario, parsed, np.flatnonzero(public & parsed.keep))
     names, groups, dropped = form_owners(spec, path, parsed.partition,
                                          np.flatnonzero(~public & parsed.keep))
-    names = _named(scenario, names, path)
-    rows = np.concatenate(groups)
-    records = parsed.take(rows)
+    records = parsed.take(np.concatenate(groups))
     codes = transform.codes(records.categorical)
     X, y, clipped = _transformed(transform, records, codes, d.feature_bound, d.label_bound,
                                  spec.label == "sign")
     bounds = np.cumsum([0] + [len(g) for g in groups])
     blocks = [_block(X[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-    report = {"data_path": path, "rows_read": n, "holdout_rows": int(len(held)),
+    report = {"data_path": path, "rows_read": n, "holdout_rows": held,
               "rows_dropped_missing": int(np.sum(~parsed.keep)),
               "missing_by_column": parsed.missing_by_column, **dropped,
               "features_encoded": len(transform.names), "features": transform.p, **clipped,
               "unseen_categories": _unseen(transform, codes, spec.categorical),
               "constant_in_holdout": list(transform.constant_columns),
               "pca_variance_explained": transform.variance_explained}
-    return TableOwners(names, blocks, transform, report)
+    return TableOwners(_named(scenario, names, path), blocks, transform, report)
+
+
+def _fit_on_holdout(scenario: Scenario, parsed: Parsed, held: np.ndarray) -> tuple[PublicTransform, int]:
+    """The public transform, from the hold-out rows ``held`` and nothing else; and their number."""
+    d, spec = scenario.data, scenario.data.table
+    if spec.holdout and len(held) == 0:
+        raise DataError(d.path, None, f"all {spec.holdout} hold-out rows have missing values")
+    transform = preprocess.fit(spec, parsed.take(held), spec.numeric, spec.categorical,
+                               d.feature_bound, d.label_bound, d.path)
+    return transform, int(len(held))
 
 
 def used_columns(spec: Table) -> list[str]:
