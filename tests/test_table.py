@@ -348,9 +348,10 @@ def test_non_numeric_values_are_counted_with_their_rows(tmp_path):
 
 
 def test_missing_values_are_an_error_or_dropped_and_counted(tmp_path):
-    df = records()
-    df.loc[[0, 1, 2, 3, 4, 5, 6], "b"] = np.nan
+    df = records().astype({"b": object})
+    df.loc[[0, 1, 2, 3, 4, 5, 6], "b"] = ["", "NA", "NaN", "", "", "null", ""]
     df.loc[[6, 8], "cat"] = None
+    df.loc[[9], "cat"] = "None"  # a real category, not a missing value
     path = write(df, tmp_path / "t.csv")
     with pytest.raises(DataError, match=r"column 'b': 7 missing values \(rows 1, 2, 3, 4, 5, …\); "
                                         r"set data\.table\.missing = 'drop'"):

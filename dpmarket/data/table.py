@@ -29,6 +29,9 @@ from dpmarket.scenario import Scenario, Table
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 SHOWN = 5  # rows or owners named in an error message before "…"
+# What a CSV cell holding a missing value looks like (an empty cell, or a marker). Deliberately short:
+# pandas' default list also takes "None" and "n/a", which can be real categories.
+MISSING_MARKERS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +117,8 @@ def read(path: str, columns: list[str]) -> pd.DataFrame:
                   else _parquet_columns(path))
         _check_present(path, header, columns)
         if csv:
-            return pd.read_csv(path, usecols=columns, dtype=str)
+            return pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False,
+                               na_values=MISSING_MARKERS)
         return pd.read_parquet(path, columns=columns)
     except (ValueError, OSError, EOFError, UnicodeDecodeError) as exc:
         kind = "CSV" if csv else "Parquet"
