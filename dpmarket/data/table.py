@@ -49,14 +49,13 @@ class Parsed:
     """Every column the scenario uses, checked and parsed, and the rows kept after missing values."""
 
     columns: Columns
-    partition: np.ndarray | None
+    partition: tuple[np.ndarray, np.ndarray] | None  # per row an index into the distinct values
     keep: np.ndarray  # bool per row: no missing value in a used column
     missing_by_column: dict[str, int]
 
     def take(self, rows: np.ndarray) -> Columns:
         """The parsed records of ``rows``."""
-        c = self.columns
-        return Columns(c.numeric[rows], c.categorical[rows], c.labels[rows])
+        return self.columns.take(rows)
 
 
 def load_owners(scenario: Scenario) -> TableOwners:
@@ -74,7 +73,7 @@ def load_owners(scenario: Scenario) -> TableOwners:
     names, groups, dropped = form_owners(spec, path, parsed.partition,
                                          np.flatnonzero(~public & parsed.keep))
     records = parsed.take(np.concatenate(groups))
-    codes = transform.codes(records.categorical)
+    codes = transform.codes(records)
     X, y, clipped = _transformed(transform, records, codes, d.feature_bound, d.label_bound,
                                  spec.label == "sign")
     bounds = np.cumsum([0] + [len(g) for g in groups])
@@ -145,21 +144,25 @@ def parse(frame: pd.DataFrame, spec: Table, path: str) -> Parsed:
     numeric = np.empty((len(frame), len(spec.numeric)))
     for j, col in enumerate(spec.numeric):
         numeric[:, j], missing[col] = _numeric(frame[col], path, col)
-    categorical = np.empty((len(frame), len(spec.categorical)), dtype=object)
+    categorical = np.empty((len(frame), len(spec.categorical)), dtype=np.int64)
+    values = []
     for j, col in enumerate(spec.categorical):
-        categorical[:, j], missing[col] = _strings(frame[col])
+        categorical[:, j], distinct, missing[col] = _strings(frame[col])
+        values.append(distinct)
     if spec.label == "sign":
-        labels, missing[spec.target] = _strings(frame[spec.target])
+        codes, distinct, missing[spec.target] = _strings(frame[spec.target])
+        labels = distinct[codes]
     else:
         labels, missing[spec.target] = _numeric(frame[spec.target], path, spec.target)
         if spec.label == "log":
             labels = _log(labels, missing[spec.target], path, spec.target)
     partition = None
     if spec.partition is not None:
-        partition, missing[spec.partition] = _strings(frame[spec.partition])
+        codes, distinct, missing[spec.partition] = _strings(frame[spec.partition])
+        partition = (codes, distinct)
     keep = _missing_policy(missing, spec, path, len(frame))
     counts = {c: int(m.sum()) for c, m in missing.items() if m.any()}
-    return Parsed(Columns(numeric, categorical, labels), partition, keep, counts)
+    return Parsed(Columns(numeric, categorical, tuple(values), labels), partition, keep, counts)
 
 
 def _numeric(series: pd.Series, path: str, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -176,15 +179,17 @@ def _numeric(series: pd.Series, path: str, col: str) -> tuple[np.ndarray, np.nda
     return np.where(missing, 0.0, values), missing
 
 
-def _strings(series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Values as text exactly as in the file (categories, owner names, classes), and the missing mask.
+def _strings(series: pd.Series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A text column (categories, owner names, classes) as indices into its distinct values.
 
-    Nothing is normalised (no stripping, no case folding): " Bronx" and "Bronx" stay two values.
+    Returns (index per row, distinct values as text, missing mask); a missing cell's index
+    points at an empty string. Nothing is normalised (no stripping, no case folding): " Bronx"
+    and "Bronx" stay two values.
     """
-    missing = series.isna().to_numpy()
-    values = series.astype(str).to_numpy(dtype=object)
-    values[missing] = ""
-    return values, missing | (values == "")
+    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    distinct = np.array([str(u) for u in uniques] + [""], dtype=object)
+    missing = (codes < 0) | np.isin(codes, np.flatnonzero(distinct[:-1] == ""))
+    return np.where(codes < 0, len(distinct) - 1, codes).astype(np.int64), distinct, missing
 
 
 def _log(labels: np.ndarray, missing: np.ndarray, path: str, col: str) -> np.ndarray:
@@ -213,7 +218,7 @@ def _rows(mask: np.ndarray) -> str:
     return ("row " if mask.sum() == 1 else "rows ") + ", ".join(map(str, idx)) + more
 
 
-def form_owners(spec: Table, path: str, partition: np.ndarray | None,
+def form_owners(spec: Table, path: str, partition: tuple[np.ndarray, np.ndarray] | None,
                 rows: np.ndarray) -> tuple[list[str], list[np.ndarray], dict]:
     """Owners' names and row indices (file order within each), and what was left out on purpose."""
     if spec.partition is None:
@@ -221,7 +226,7 @@ def form_owners(spec: Table, path: str, partition: np.ndarray | None,
         width = len(str(spec.blocks))
         names = [f"block-{i + 1:0{width}d}" for i in range(spec.blocks)]
     else:
-        names, groups = _partitioned(partition[rows], rows)
+        names, groups = _partitioned(partition[0][rows], partition[1], rows)
     sizes = np.array([len(g) for g in groups], dtype=np.int64)
     small = sizes < spec.min_records
     if small.any() and spec.small_owners == "error":
@@ -243,15 +248,19 @@ def form_owners(spec: Table, path: str, partition: np.ndarray | None,
     return [names[i] for i in kept], [groups[i] for i in kept], dropped
 
 
-def _partitioned(values: np.ndarray, rows: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
-    """Groups of ``rows`` by partition value, largest first (ties by name), file order within."""
-    codes, uniques = pd.factorize(values)
-    sizes = np.bincount(codes, minlength=len(uniques))
-    order = sorted(range(len(uniques)), key=lambda g: (-sizes[g], str(uniques[g])))
+def _partitioned(codes: np.ndarray, values: np.ndarray,
+                 rows: np.ndarray) -> tuple[list[str], list[np.ndarray]]:
+    """Groups of ``rows`` by partition value, largest first (ties by name), file order within.
+
+    ``codes`` index ``values`` row by row; a value with no row here (say, seen only in the
+    hold-out) is no owner.
+    """
+    sizes = np.bincount(codes, minlength=len(values))
+    order = sorted(np.flatnonzero(sizes), key=lambda g: (-sizes[g], str(values[g])))
     perm = np.argsort(codes, kind="stable")
     starts = np.concatenate([[0], np.cumsum(sizes)])
     groups = [rows[perm[starts[g]:starts[g + 1]]] for g in order]
-    return [str(uniques[g]) for g in order], groups
+    return [str(values[g]) for g in order], groups
 
 
 def _named(scenario: Scenario, names: list[str], path: str) -> list[str]:
