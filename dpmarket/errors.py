@@ -47,3 +47,16 @@ class BudgetExhaustedError(DPMarketError):
         super().__init__(
             f"owner {owner}: charge {charge!r} on top of {spent!r} would exceed budget {budget!r}"
         )
+
+
+class DataError(DPMarketError):
+    """A data file that cannot be turned into owners as the scenario asks.
+
+    The message names the file, the column and how many rows are affected, as in
+    ``x.csv: column 'los': 12 non-numeric values (rows 3, 17, …)``.
+    """
+
+    def __init__(self, path: str, column: str | None, reason: str) -> None:
+        self.path, self.column, self.reason = path, column, reason
+        where = f"{path}: column {column!r}" if column else path
+        super().__init__(f"{where}: {reason}")

@@ -175,7 +175,14 @@ def summary(result: RunResult) -> dict:
         "owners_benefiting": int(np.sum(result.psi_final < own)),
         "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
         "step_curvature_max": result.step_curvature,
+        **_data_summary(result),
     }
+
+
+def _data_summary(result: RunResult) -> dict:
+    """Table data: what was read, held out, dropped and clipped (nothing for synthetic owners)."""
+    report = result.consortium.report
+    return {} if report is None else {"data": report}
 
 
 def _utilisation(result: RunResult) -> list[float]:
@@ -226,6 +233,7 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
+        *_data_lines(s.get("data")),
         f"psi final     {s['psi_final']:.4g}   (median own-data ψ {s['own_psi_median']:.4g}; "
         f"{s['owners_benefiting']} of {s['owners']} owners benefit)",
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
@@ -243,6 +251,22 @@ def _network_lines(s: dict) -> list[str]:
     more = " …" if len(s["channel_utilisation"]) > 8 else ""
     return [f"network       {s['network_mode']}: collisions {s['collisions']}, losses {s['losses']}, "
             f"dropouts {s['dropouts']}, idle slots {s['idle_slots']}; channel use {use}{more}"]
+
+
+def _data_lines(report: dict | None) -> list[str]:
+    """Table data: rows held out, dropped on purpose and clipped, so no change goes unseen."""
+    if report is None:
+        return []
+    left_out = report["owners_below_min_records"] + report["owners_beyond_max_owners"]
+    rows_out = report["rows_below_min_records"] + report["rows_beyond_max_owners"]
+    unseen = sum(report["unseen_categories"].values())
+    return [f"data          {report['rows_read']:,} rows read; hold-out {report['holdout_rows']:,}; "
+            f"dropped {report['rows_dropped_missing']:,} with missing values; left out {left_out} "
+            f"owners ({rows_out:,} rows)",
+            f"              {report['features_encoded']} encoded columns -> {report['features']} "
+            f"features; clipped {report['feature_values_clipped']:,} feature values "
+            f"({report['records_with_clipped_features']:,} records), {report['labels_clipped']:,} "
+            f"labels; {unseen:,} category values unseen in the hold-out"]
 
 
 def _stability_warning(curvature: float | None) -> list[str]:

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
 
 from dpmarket.errors import _MISSING, ScenarioError
 
 PosInt = Annotated[int, Field(ge=1)]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+NonNegInt = Annotated[int, Field(ge=0)]
 
 
 class _Strict(BaseModel):
@@ -63,9 +64,41 @@ DATA_KINDS = ("length_of_stay", "interest_rate", "card_fraud")
 CLASSIFICATION_KINDS = ("card_fraud",)
 
 
-class Data(_Strict):
-    """Synthetic owners: how many, how large, how different, and the declared bounds."""
+class Table(_Strict):
+    """How a table of records becomes owners (``data.source = "table"``, dpmarket/data/table.py).
 
+    Owners are the distinct values of ``partition`` (at least ``min_records`` rows each, the
+    ``max_owners`` largest) or ``blocks`` contiguous blocks of rows. The last ``holdout`` rows
+    are public: every constant applied by all owners (category codes, means, standard
+    deviations, the PCA dictionary) is computed from them alone and they never enter an owner.
+    """
+
+    target: str
+    numeric: list[str] = []
+    categorical: list[str] = []
+    encoding: Literal["codes", "onehot"] = "codes"
+    partition: str | None = None
+    blocks: PosInt | None = None
+    min_records: PosInt = 1
+    max_owners: PosInt | None = None
+    small_owners: Literal["error", "drop"] = "error"
+    missing: Literal["error", "drop"] = "error"
+    label: Literal["identity", "log", "sign"] = "identity"
+    positive: list[str] = []
+    holdout: NonNegInt = 0
+    standardize: bool = True
+    spread: PosFloat = 3.0
+    components: NonNegInt = 0
+
+
+SYNTHETIC_ONLY = ("kind", "owners", "records", "features", "shift", "label_noise", "seed")
+TABLE_ONLY = ("path", "table")
+
+
+class Data(_Strict):
+    """Where owners come from (synthetic generator or a table), and the declared bounds."""
+
+    source: Literal["synthetic", "table"] = "synthetic"
     kind: Literal["length_of_stay", "interest_rate", "card_fraud"] = "interest_rate"
     owners: PosInt = 3
     records: PosInt | list[PosInt] | SizeDistribution = 10_000
@@ -75,6 +108,14 @@ class Data(_Strict):
     feature_bound: PosFloat = 1.0
     label_bound: PosFloat = 3.0
     seed: Annotated[int, Field(ge=0)] | None = None
+    path: str | None = None
+    table: Table | None = None
+
+    @model_serializer(mode="wrap")
+    def _source_keys_only(self, handler) -> dict:
+        """Resolved form without the generator's keys when the owners come from a table."""
+        out = handler(self)
+        return {k: v for k, v in out.items() if self.source == "synthetic" or k not in SYNTHETIC_ONLY}
 
 
 class Model(_Strict):
@@ -272,12 +313,15 @@ def _check_consistency(s: Scenario, source: str) -> None:
     maximum = getattr(records, "maximum", None)
     if maximum is not None and maximum < records.minimum:
         fail("data.records.maximum", maximum, f"is below records.minimum = {records.minimum}")
-    if len(s.owners) > s.data.owners:
+    if s.data.source == "synthetic" and len(s.owners) > s.data.owners:
         fail("owners", f"{len(s.owners)} tables", f"more [[owners]] than data.owners = {s.data.owners}")
-    classify = s.data.kind in CLASSIFICATION_KINDS
+    _check_source(s, fail)
+    classify = is_classification(s)
     if classify == (s.model.loss == "squared"):
         need = "'logistic' or 'hinge'" if classify else "'squared'"
-        fail("model.loss", s.model.loss, f"data.kind = {s.data.kind!r} needs {need}")
+        why = (f"data.kind = {s.data.kind!r}" if s.data.source == "synthetic"
+               else f"data.table.label = {s.data.table.label!r}")
+        fail("model.loss", s.model.loss, f"{why} needs {need}")
     p = s.privacy
     if p.sensitivity == "clip" and p.clip is None:
         fail("privacy.clip", _MISSING, "sensitivity = 'clip' needs the L1 bound privacy.clip")
@@ -290,6 +334,56 @@ def _check_consistency(s: Scenario, source: str) -> None:
         for i, o in enumerate(s.owners):
             if o.cap is not None:
                 fail(f"owners.{i}.cap", o.cap, "only used with privacy.split = 'capped'")
+
+
+def is_classification(s: Scenario) -> bool:
+    """Whether the labels are classes (±1): a classification kind, or a table's sign label."""
+    if s.data.source == "table":
+        return s.data.table is not None and s.data.table.label == "sign"
+    return s.data.kind in CLASSIFICATION_KINDS
+
+
+def _check_source(s: Scenario, fail) -> None:
+    """Keys of the other data source are errors; a table needs its path and its options."""
+    d = s.data
+    if d.source == "synthetic":
+        for key in TABLE_ONLY:
+            if getattr(d, key) is not None:
+                fail(f"data.{key}", _short(getattr(d, key)), "only used with data.source = 'table'")
+        return
+    for key in SYNTHETIC_ONLY:
+        if key in d.model_fields_set:
+            fail(f"data.{key}", _short(getattr(d, key)), "only used with data.source = 'synthetic'")
+    for key in TABLE_ONLY:
+        if getattr(d, key) is None:
+            fail(f"data.{key}", _MISSING, "data.source = 'table' needs it")
+    for i, o in enumerate(s.owners):
+        for key in ("records", "shift"):
+            if getattr(o, key) is not None:
+                fail(f"owners.{i}.{key}", getattr(o, key), "owners of a table have their own rows")
+    _check_table(d.table, fail)
+
+
+def _check_table(t: Table, fail) -> None:
+    """Table options that only make sense together (design: hold-out constants, one owner rule)."""
+    if (t.partition is None) == (t.blocks is None):
+        fail("data.table.partition", t.partition, "give exactly one of partition or blocks")
+    if t.max_owners is not None and t.partition is None:
+        fail("data.table.max_owners", t.max_owners, "only used with data.table.partition")
+    features = t.numeric + t.categorical
+    if not features:
+        fail("data.table.numeric", [], "no feature columns: list numeric or categorical columns")
+    for column in {c for c in features if features.count(c) > 1 or c == t.target}:
+        fail("data.table.categorical", column, "a column is listed twice (or is also the target)")
+    if (t.label == "sign") != bool(t.positive):
+        fail("data.table.positive", t.positive, "label = 'sign' needs the positive classes, and only it")
+    if t.components > 0 and not t.standardize:
+        fail("data.table.components", t.components, "PCA works on standardised columns: standardize = true")
+    needs = [k for k, on in (("standardize", t.standardize), ("components", t.components > 0),
+                             ("categorical", bool(t.categorical))) if on]
+    if needs and t.holdout == 0:
+        fail("data.table.holdout", 0, f"the hold-out is empty but {' and '.join(needs)} take their "
+             "constants from it (never from owners' rows): set holdout to a number of rows")
 
 
 def _check_network(s: Scenario, fail) -> None:
@@ -398,11 +492,13 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", _MISSING, f"malformed TOML: {exc}") from None
+    _resolve_data_path(table, path.parent)  # a path written in the file: relative to the file
     for text_override in overrides:
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
     _resolve_trace(table, path, label)
+    _resolve_data_path(table, Path.cwd(), label)  # one given with --set: relative to where it runs
     return validate(table, label)
 
 
@@ -416,3 +512,16 @@ def _resolve_trace(table: dict, path: Path, source: str) -> None:
     if not resolved.is_file():
         raise ScenarioError(source, "network.availability", trace, "no such file")
     net["availability"] = str(resolved)
+
+
+def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> None:
+    """Make ``data.path`` absolute against ``base``; with ``source``, also check the file exists."""
+    data = table.get("data")
+    value = data.get("path") if isinstance(data, dict) else None
+    if not isinstance(value, str):
+        return
+    resolved = Path(value).expanduser()
+    resolved = resolved if resolved.is_absolute() else (base / resolved).resolve()
+    if source is not None and not resolved.is_file():
+        raise ScenarioError(source, "data.path", value, "no such file")
+    data["path"] = str(resolved)
