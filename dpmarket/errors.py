@@ -47,3 +47,7 @@ class BudgetExhaustedError(DPMarketError):
         super().__init__(
             f"owner {owner}: charge {charge!r} on top of {spent!r} would exceed budget {budget!r}"
         )
+
+
+class MarketError(DPMarketError):
+    """A market that cannot proceed: nobody takes part, or no forecast constants are available."""

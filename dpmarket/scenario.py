@@ -179,17 +179,27 @@ class Costs(_Strict):
 
 
 class ForecastConstants(_Strict):
-    """Explicit constants of the forecast ψ̂ = c₁/n·sqrt(Σε⁻²) + c₂/n²·Σε⁻² (skip calibration)."""
+    """Explicit constants of ψ̂ = c₀ + c₁/n·sqrt(Σε⁻²) + c₂/n²·Σε⁻² (skip calibration)."""
 
     c1: NonNegFloat
     c2: NonNegFloat
+    c0: NonNegFloat = 0.0
 
 
 class Pilots(_Strict):
-    """Pilot runs that calibrate the forecast: ``levels`` budgets × ``subsets`` owner subsets."""
+    """Pilot runs that calibrate the forecast: ``levels`` budgets × ``subsets`` owner subsets.
+
+    Budgets are spaced geometrically on [epsilon_low, epsilon_high] (every member at the same
+    ε); subsets are all owners, then halves, quarters, … of a fixed random order; each pilot is
+    run ``replications`` times on its own seed. ``floor`` adds the constant c₀ to the fit.
+    """
 
     levels: Annotated[int, Field(ge=2)] = 5
     subsets: PosInt = 3
+    replications: PosInt = 2
+    epsilon_low: PosFloat = 1.0
+    epsilon_high: PosFloat = 100.0
+    floor: bool = True
 
 
 POLICIES = ("posted_price", "record_price", "take_it_or_leave_it", "procurement",
@@ -423,6 +433,9 @@ def _check_market(s: Scenario, fail) -> None:
              "distribution = 'uniform' needs low < high")
     if c.distribution != "uniform" and (c.low is not None or c.high is not None):
         fail("market.costs.low", c.low, "low and high are only used with distribution = 'uniform'")
+    if m.pilots.epsilon_low >= m.pilots.epsilon_high:
+        fail("market.pilots.epsilon_low", m.pilots.epsilon_low,
+             f"must be below market.pilots.epsilon_high = {m.pilots.epsilon_high}")
     check_policy(m, m.policy, fail)
 
 

@@ -267,7 +267,7 @@ def _shapley_sampled(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, idx: n
     orders = gen.permuted(np.tile(idx, (m.shapley_samples, 1)), axis=1)
     inv = np.cumsum(eps[orders] ** -2.0, axis=1)
     n = np.cumsum(s.records[orders], axis=1)
-    psi = f.c1 * np.sqrt(inv) / n + f.c2 * inv / n**2
+    psi = f.c0 + f.c1 * np.sqrt(inv) / n + f.c2 * inv / n**2
     v = m.value * np.maximum(0.0, 1.0 - psi)
     marginal = np.diff(np.concatenate([np.zeros((len(v), 1)), v], axis=1), axis=1)
     phi = np.zeros(s.count)

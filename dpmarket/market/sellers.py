@@ -74,5 +74,5 @@ def coalition_psi(forecast: Forecast, epsilons: np.ndarray, records: np.ndarray,
     inv = np.where(masks, safe**-2.0, 0.0).sum(axis=1)
     n = masks @ np.asarray(records, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        psi = forecast.c1 * np.sqrt(inv) / n + forecast.c2 * inv / n**2
+        psi = forecast.c0 + forecast.c1 * np.sqrt(inv) / n + forecast.c2 * inv / n**2
     return np.where(masks.any(axis=1), psi, np.inf)
