@@ -209,15 +209,17 @@ POLICIES = ("posted_price", "record_price", "take_it_or_leave_it", "procurement"
 class Market(_Strict):
     """The market stage (design §6): owners sell ε to the learner under a compensation policy.
 
-    ``price`` is per unit ε (per record·ε for ``record_price``; the reserve per unit ε of the
-    auction); ``budget`` caps the learner's spend; ``value`` is what a perfect model (ψ = 0) is
-    worth to the learner, whose value of a model is value·max(0, 1 − ψ̂); ``offer_epsilon`` is the
-    fixed ε of the take-it-or-leave-it offer, the auction and the marginal-contribution policy.
+    ``price`` is per unit ε (the reserve per unit ε in the auction); ``price_per_record`` is
+    the ``record_price`` policy's price per record·ε; ``budget`` caps the learner's spend;
+    ``value`` is what a perfect model (ψ = 0) is worth to the learner, whose value of a model
+    is value·max(0, 1 − ψ̂); ``offer_epsilon`` is the fixed ε of the take-it-or-leave-it
+    offer, the auction and the marginal-contribution policy.
     """
 
     policy: Literal["posted_price", "record_price", "take_it_or_leave_it", "procurement",
                     "stackelberg", "auction", "marginal"] = "posted_price"
     price: PosFloat | None = None
+    price_per_record: PosFloat | None = None
     budget: PosFloat | None = None
     value: NonNegFloat = 0.0
     epsilon_min: PosFloat = 0.1
@@ -399,7 +401,7 @@ def _check_network(s: Scenario, fail) -> None:
 
 # What each compensation policy reads: (key, why) pairs checked when the policy is used.
 POLICY_NEEDS = {
-    "posted_price": ("price",), "record_price": ("price",),
+    "posted_price": ("price",), "record_price": ("price_per_record",),
     "take_it_or_leave_it": ("price", "offer_epsilon"), "procurement": ("budget",),
     "stackelberg": ("value",), "auction": ("price", "offer_epsilon"),
     "marginal": ("value", "offer_epsilon"),

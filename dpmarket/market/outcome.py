@@ -35,6 +35,7 @@ class Outcome:
     psi_forecast: float  # ψ̂ of the participants at their ε (inf when nobody takes part)
     value: float  # learner_value(market.value, ψ̂)
     price: float | None = None  # the price the policy posted or found, where there is one
+    coef: np.ndarray | None = None  # the owners' cost coefficients c_i (for the tables)
 
     @property
     def utility(self) -> np.ndarray:

@@ -39,7 +39,7 @@ def _finish(name: str, s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay:
     cost = np.where(members, s.cost(np.where(members, eps, 1.0)), 0.0)
     psi = float(coalition_psi(f, eps, s.records, members)[0])
     return Outcome(name, eps, pay, cost, s.gains(psi, members), members.astype(bool), psi,
-                   learner_value(m.value, psi), price)
+                   learner_value(m.value, psi), price, np.asarray(s.cost.coef, dtype=float))
 
 
 def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | None,
@@ -90,14 +90,15 @@ def posted_price(s: Sellers, f: Forecast, m: Market, price: float | None = None)
 
 
 def record_price(s: Sellers, f: Forecast, m: Market) -> Outcome:
-    """A price p per record·ε: owner i faces the unit price p n_i, so larger owners sell more ε.
+    """A price p (``price_per_record``) per record·ε: owner i faces the unit price p n_i, so
+    larger owners sell more ε.
 
     Paying for records and ε together follows the forecast, where an owner's weight grows
     with its records: ε_i = best response to p n_i, payment p n_i ε_i.
     """
-    unit = m.price * s.records
+    unit = m.price_per_record * s.records
     eps = np.asarray(s.cost.best_response(unit, s.eps_min, s.eps_max), dtype=float)
-    return _individual_offers("record_price", s, f, m, eps, unit * eps, m.price)
+    return _individual_offers("record_price", s, f, m, eps, unit * eps, m.price_per_record)
 
 
 def take_it_or_leave_it(s: Sellers, f: Forecast, m: Market) -> Outcome:
