@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
+from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 _METADATA = {"Software": None}  # no versions in the files: same comparison, same bytes
@@ -28,6 +29,8 @@ def psi_against_payment(rows: list[dict], title: str, path: Path) -> None:
         if 0 < r["psi_forecast"] < float("inf"):
             ax.plot([x], [r["psi_forecast"]], marker="x", color=color, ms=8, ls="none")
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.LogFormatter())
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_xlabel("total payment")
     ax.set_ylabel("ψ  (o simulated, mean and range; x forecast)")
     ax.set_title(title, fontsize=10)
@@ -48,6 +51,8 @@ def epsilon_distribution(outcomes: list[tuple[str, list[float]]], title: str, pa
     ax.set_xticks(range(len(outcomes)), [name for name, _ in outcomes], rotation=30, ha="right",
                   fontsize=8)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ticker.LogFormatter())
+    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     ax.set_ylabel("chosen ε (participants)")
     ax.set_title(title, fontsize=10)
     fig.savefig(path, dpi=100, metadata=_METADATA)
