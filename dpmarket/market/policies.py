@@ -60,20 +60,31 @@ def _individual_offers(name: str, s: Sellers, f: Forecast, m: Market, eps: np.nd
                        pay: np.ndarray, price: float | None) -> Outcome:
     """Owners take an individual offer (ε_i, pay_i) when it leaves them no worse off.
 
-    First on money alone; then, if owners value the shared model, declining owners whose
-    offer plus the model's value is non-negative join too, repeatedly: each joiner lowers ψ̂
-    and so raises every member's gain, so members stay individually rational.
+    First on money alone (within the budget, see :func:`_ration`); then, if owners value the
+    shared model, a declining owner joins when its offer plus the model's value is
+    non-negative *after* it joins and every earlier joiner stays so too — a joiner with a
+    small ε can raise ψ̂ under the forecast and so lower everyone's gain.
     """
     money = pay - s.cost(eps)
     members = _ration(s, pay, money >= 0, m.budget)
-    for _ in range(s.count):
-        psi = float(coalition_psi(f, eps, s.records, members)[0])
-        willing = ~members & (money + s.gains(psi, np.ones(s.count, bool)) >= 0)
-        grown = _ration(s, pay, willing, m.budget, start=members)
-        if grown.sum() == members.sum():
-            break
-        members = grown
+    if s.model_value > 0:
+        members = _join_for_model(s, f, m, eps, pay, money, members)
     return _finish(name, s, f, m, eps, pay, members, price)
+
+
+def _join_for_model(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray,
+                    money: np.ndarray, members: np.ndarray) -> np.ndarray:
+    """Add owners that the model's value makes willing, one at a time, keeping everyone rational."""
+    left = np.inf if m.budget is None else m.budget - float(pay[members].sum())
+    for i in np.argsort(-s.records / np.maximum(pay, 1e-300), kind="stable"):
+        if members[i] or pay[i] > left:
+            continue
+        trial = members.copy()
+        trial[i] = True
+        psi = float(coalition_psi(f, eps, s.records, trial)[0])
+        if np.all((money + s.gains(psi, trial))[trial] >= 0):
+            members, left = trial, left - pay[i]
+    return members
 
 
 def posted_price(s: Sellers, f: Forecast, m: Market, price: float | None = None) -> Outcome:
