@@ -104,8 +104,8 @@ def figure_data(result: RunResult) -> dict:
     return {
         "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
-        "sequence": list(result.training.sequence) if is_async(result) else [],
-        "owners": len(result.owners),
+        "sequence": [result.owners[k].index for k in result.training.sequence] if is_async(result) else [],
+        "owners": len(result.consortium.names),
     }
 
 
@@ -127,7 +127,7 @@ def owner_rows(result: RunResult) -> list[dict]:
         row.update({"own_psi": float(own), "benefits": bool(k is not None and result.psi_final < own)})
         row.update(_network_columns(result, k, counts) if k is not None else {})
         if result.market is not None:
-            row.update(_market_columns(result.market.outcome, i, k))
+            row.update(_market_columns(result.market.outcome, i))
         rows.append(row)
     return rows
 
@@ -136,8 +136,8 @@ def _training_columns(result: RunResult, k: int, counts) -> dict:
     """What training did with the owner in slot k (its position among the participants)."""
     o = result.owners[k]
     return {"owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
-            "queries": counts[("query", k)], "answers": o.ledger.answers,
-            "refusals": counts[("refusal", k)], "epsilon_spent": o.epsilon_spent,
+            "queries": counts[("query", o.index)], "answers": o.ledger.answers,
+            "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
             "answer_cap": o.answers_allowed, "noise_scale": o.scale}
 
 
@@ -148,23 +148,23 @@ def _absent(result: RunResult, i: int) -> dict:
             "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": ""}
 
 
-def _market_columns(outcome, i: int, k: int | None) -> dict:
-    """The market's terms for owner i; ``slot`` is its owner number in events.csv."""
-    return {"slot": "" if k is None else k, "cost_coef": float(outcome.coef[i]),
+def _market_columns(outcome, i: int) -> dict:
+    """The market's terms for owner i."""
+    return {"cost_coef": float(outcome.coef[i]),
             "payment": float(outcome.payment[i]), "cost": float(outcome.cost[i]),
             "utility": float(outcome.utility[i]), "participates": bool(outcome.participates[i])}
 
 
-def _network_columns(result: RunResult, i: int, counts) -> dict:
-    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime); i is
-    the owner's slot among the participants (its scenario index when everyone takes part)."""
-    net = result.network
+def _network_columns(result: RunResult, k: int, counts) -> dict:
+    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime) of the
+    owner in slot k among the participants (the engine's arrays are per slot, events per owner)."""
+    net, i = result.network, result.owners[k].index
     return {
-        "clock_rate": result.scenario.owner_value(result.owners[i].index, "clock_rate"),
-        "channel": int(net.channel_of[i]) if net else "",
+        "clock_rate": result.scenario.owner_value(i, "clock_rate"),
+        "channel": int(net.channel_of[k]) if net else "",
         "exchanges": counts[("update", i)], "ticks": counts[("tick", i)],
         "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
-        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[i]) if net else 0.0,
+        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[k]) if net else 0.0,
     }
 
 

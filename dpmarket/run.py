@@ -115,8 +115,10 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
     learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, lr.rho,
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
-    view = member_view(scenario, [o.index for o in owners], consortium.names)
-    with EventLog(events_path) as log, _bar(lr.iterations, progress) as bar:
+    ids = [o.index for o in owners]
+    view = member_view(scenario, ids, consortium.names)
+    renumber = ids if view is not scenario else None
+    with EventLog(events_path, renumber) as log, _bar(lr.iterations, progress) as bar:
         training = Training(learner, owners, objective, log,
                             record_points(lr.iterations, scenario.output.metric_points), bar)
         network = simulate(view, training, [o.name for o in owners])

@@ -127,6 +127,23 @@ def test_owners_that_decline_answer_nothing_and_psi_is_judged_on_everyone(tmp_pa
     assert info["learner_surplus"] == pytest.approx(10 * (1 - info["psi_forecast"]) - 4.0)
 
 
+def test_events_name_owners_by_their_scenario_index_in_a_network_run(tmp_path):
+    """Owner 1 (of 0, 1, 2) declines; the engine runs owners 0 and 2 under their own settings."""
+    network = {"mode": "request", "transmission_time": 0.01, "loss_probability": 0.05,
+               "dropout": {"mean_online": 5.0, "mean_offline": 1.0}}
+    s = tiny(market=MARKET, owners=[{}, {"cost_coef": 10.0}, {"clock_rate": 3.0}], network=network)
+    result = run.execute(s, tmp_path / "events.csv")
+    assert result.market.outcome.participates.tolist() == [True, False, True]
+    with (tmp_path / "events.csv").open() as fh:
+        events = [(r["kind"], int(r["owner"])) for r in csv.DictReader(fh)]
+    assert {owner for _, owner in events} - {-1} == {0, 2}
+    rows = owner_rows(result)
+    assert [r["queries"] for r in rows] == [events.count(("query", i)) for i in range(3)]
+    assert rows[1]["queries"] == 0 and rows[0]["queries"] > 0
+    assert rows[2]["clock_rate"] == 3.0 and rows[2]["ticks"] > 2 * rows[0]["ticks"]  # its own clock
+    assert sum(r["exchanges"] for r in rows if r["participates"]) == result.training.k
+
+
 def test_a_market_nobody_joins_is_a_clear_error():
     from dpmarket.errors import MarketError
 
