@@ -86,12 +86,12 @@ def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
                                                 "epsilon_low": 1.0, "epsilon_high": 50.0})
     consortium, objective = run.prepare(s)
     first, source = calibration.resolve(s, consortium, objective, tmp_path)
-    assert source.startswith("calibrated") and first.points == 3 * 2 * 2
+    assert source.startswith("calibrated") and first.points == 3 * 2  # replications averaged
     assert np.isfinite(first.r2) and first.c0 + first.c1 + first.c2 > 0
     again, source = calibration.resolve(s, consortium, objective, tmp_path)
     assert source.startswith("cache") and again == first
     stored = json.loads(next(tmp_path.glob("tiny-*.json")).read_text())
-    assert len(stored["pilots"]["psi"]) == 12
+    assert len(stored["pilots"]["psi"]) == 6
 
 
 def test_the_cache_key_ignores_prices_and_names_but_not_the_data():

@@ -64,19 +64,23 @@ def pilot_plan(scenario: Scenario, owners: int) -> list[Pilot]:
 
 
 def run_pilots(scenario: Scenario, consortium, objective) -> tuple[list, list, list]:
-    """Train every pilot; returns (ε vectors, records, ψ) ready for :func:`calibrate`."""
+    """Train every pilot; returns (ε vectors, records, mean ψ) per budget and subset.
+
+    Theorem 2 bounds the *expected* ψ, so the replications of a pilot are averaged before
+    fitting (ψ of one run is skewed: its spread is as large as its mean at small ε).
+    """
     from dpmarket.run import train  # deferred: the market layer is imported by run
 
     N = len(consortium.owners)
-    epsilons, records, psi = [], [], []
+    groups: dict[tuple, list[float]] = {}
     for pilot in pilot_plan(scenario, N):
         eps = np.full(N, pilot.epsilon)
         run = train(scenario.model_copy(update={"seed": pilot.seed}), consortium, objective,
                     pilot.members, eps)
-        epsilons.append(eps[pilot.members])
-        records.append(float(consortium.sizes[pilot.members].sum()))
-        psi.append(run.training.metrics.psi[-1])
-    return epsilons, records, psi
+        groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(run.training.metrics.psi[-1])
+    epsilons = [np.full(len(members), eps) for members, eps in groups]
+    records = [float(consortium.sizes[list(members)].sum()) for members, _ in groups]
+    return epsilons, records, [float(np.mean(v)) for v in groups.values()]
 
 
 def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple[Forecast, dict]:

@@ -43,7 +43,7 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
              f"{int(consortium.sizes.sum()):,} records",
              f"forecast      psi = {f.c0:.4g} + {f.c1:.4g}/n*sqrt(sum eps^-2) + {f.c2:.4g}/n^2*sum eps^-2",
              f"fit           R2(log psi) {f.r2:.3f}, RMS relative error {f.rms_relative_error:.3f}, "
-             f"{f.points} pilot runs; {source}",
+             f"{f.points} pilot points (budget x subset, replications averaged); {source}",
              f"terms         {terms}: {int(members.sum())} of {N} owners take part",
              f"predicted psi {psi:.4g}",
              f"benefit       {int(np.sum(members & (psi < own)))} of {int(members.sum())} "
