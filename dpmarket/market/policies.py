@@ -186,8 +186,6 @@ def stackelberg(s: Sellers, f: Forecast, m: Market) -> Outcome:
     (within the budget if there is one). Numeric: a log grid over the prices that can matter,
     plus the kinks where owners switch, then a bounded refinement around the best grid point.
     """
-    from scipy.optimize import minimize_scalar  # deferred: scipy.optimize is slow to import
-
     def surplus(p: float) -> float:
         return posted_price(s, f, m, price=p).surplus  # rationed within any budget
 
@@ -197,10 +195,26 @@ def stackelberg(s: Sellers, f: Forecast, m: Market) -> Outcome:
     values = np.array([surplus(p) for p in grid])
     k = int(np.argmax(values))
     a, b = np.log(grid[max(k - 1, 0)]), np.log(grid[min(k + 1, len(grid) - 1)])
-    refined = minimize_scalar(lambda x: -surplus(float(np.exp(x))), bounds=(a, b), method="bounded",
-                              options={"xatol": 1e-10})
-    p = float(np.exp(refined.x)) if -refined.fun > values[k] else float(grid[k])
+    x = _golden_max(lambda x: surplus(float(np.exp(x))), a, b)
+    p = float(np.exp(x)) if surplus(float(np.exp(x))) > values[k] else float(grid[k])
     return replace(posted_price(s, f, m, price=p), policy="stackelberg")
+
+
+def _golden_max(fun: Callable[[float], float], a: float, b: float, tol: float = 1e-10) -> float:
+    """argmax of ``fun`` on [a, b] by golden-section search (exact for unimodal functions)."""
+    ratio = (np.sqrt(5) - 1) / 2
+    c, d = b - ratio * (b - a), a + ratio * (b - a)
+    fc, fd = fun(c), fun(d)
+    while b - a > tol:
+        if fc >= fd:
+            b, d, fd = d, c, fc
+            c = b - ratio * (b - a)
+            fc = fun(c)
+        else:
+            a, c, fc = c, d, fd
+            d = a + ratio * (b - a)
+            fd = fun(d)
+    return 0.5 * (a + b)
 
 
 def auction(s: Sellers, f: Forecast, m: Market, bids: np.ndarray | None = None) -> Outcome:
