@@ -158,17 +158,17 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     consortium, objective = prepare(scenario)
     if on_data is not None:
         on_data(consortium)
-    outcome = members = epsilons = None
+    market = members = epsilons = None
     if scenario.market is not None:
         from dpmarket.market.stage import settle_market  # deferred: only market runs need it
 
-        outcome = settle_market(scenario, consortium, objective)
-        members, epsilons = outcome.outcome.members, outcome.outcome.epsilon
+        market = settle_market(scenario, consortium, objective)
+        members, epsilons = market.outcome.members, market.outcome.epsilon
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     own_psi = objective.psis(objective.own_data_models())
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason, own_psi,
-                     time.perf_counter() - start, run.curvature, run.network, outcome)
+                     time.perf_counter() - start, run.curvature, run.network, market)
 
 
 def _bar(total: int, enabled: bool):
