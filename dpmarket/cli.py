@@ -28,7 +28,26 @@ def _parser() -> argparse.ArgumentParser:
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
     line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    fc = sub.add_parser("forecast", help="forecast psi and each owner's benefit, without training")
+    fc.add_argument("scenario", type=Path)
+    fc.add_argument("--seed", type=int, help="override the scenario's seed")
+    fc.add_argument("--recalibrate", action="store_true", help="rerun the pilots, ignore the cache")
+    _add_set(fc)
+    mk = sub.add_parser("market", help="compare compensation policies on common random numbers")
+    mk.add_argument("scenario", type=Path)
+    mk.add_argument("--policies", required=True, help="comma-separated policies, e.g. posted_price,auction")
+    mk.add_argument("--replications", type=_positive, default=1, help="training runs per policy")
+    mk.add_argument("--out", type=Path, help="output directory (default outputs/NAME-market)")
+    mk.add_argument("--seed", type=int, help="override the scenario's seed")
+    _add_set(mk)
     return parser
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +63,10 @@ def main(argv: list[str] | None = None) -> int:
             return _validate(args)
         if args.command == "timeline":
             return _timeline(args)
+        if args.command == "forecast":
+            return _forecast(args)
+        if args.command == "market":
+            return _market(args)
         return _run(args)
     except DPMarketError as exc:
         print(f"dpmarket: error: {exc}", file=sys.stderr)
@@ -90,4 +113,22 @@ def _timeline(args: argparse.Namespace) -> int:
     from dpmarket import timeline
 
     print(timeline.report(args.run_dir, args.owners, args.t0, args.t1))
+    return 0
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    from dpmarket.market import preview
+
+    print(preview.report(_load(args), args.recalibrate))
+    return 0
+
+
+def _market(args: argparse.Namespace) -> int:
+    from dpmarket.market import compare
+
+    scenario = _load(args)
+    policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
+    out = args.out or Path("outputs") / f"{scenario.name}-market"
+    rows = compare.write(compare.compare(scenario, policies, args.replications), out)
+    print(compare.table(rows, out))
     return 0

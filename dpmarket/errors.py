@@ -60,3 +60,7 @@ class DataError(DPMarketError):
         self.path, self.column, self.reason = path, column, reason
         where = f"{path}: column {column!r}" if column else path
         super().__init__(f"{where}: {reason}")
+
+
+class MarketError(DPMarketError):
+    """A market that cannot proceed: nobody takes part, or no forecast constants are available."""

@@ -36,9 +36,15 @@ class Event(NamedTuple):
 
 
 class EventLog:
-    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind."""
+    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind.
 
-    def __init__(self, path: Path | None) -> None:
+    ``owner_ids`` renumbers owners when only some of a scenario's owners train (a market where
+    some decline): the simulation numbers its participants 0…M−1, the log writes and counts
+    each under its scenario index, so ``events.csv`` and ``owners.csv`` always agree.
+    """
+
+    def __init__(self, path: Path | None, owner_ids: list[int] | None = None) -> None:
+        self.owner_ids = owner_ids
         self.counts: Counter[str] = Counter()
         self.counts_by_owner: Counter[tuple[str, int]] = Counter()
         self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
@@ -48,6 +54,8 @@ class EventLog:
 
     def emit(self, event: Event) -> None:
         """Record one event."""
+        if self.owner_ids is not None and event.owner >= 0:
+            event = event._replace(owner=self.owner_ids[event.owner])
         self.counts[event.kind] += 1
         self.counts_by_owner[event.kind, event.owner] += 1
         if self._writer:

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmarket.errors import RunDirectoryError
+from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
 from dpmarket.run import RunResult, is_async
 
@@ -106,8 +107,8 @@ def figure_data(result: RunResult) -> dict:
     return {
         "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
-        "sequence": list(result.training.sequence) if is_async(result) else [],
-        "owners": len(result.owners),
+        "sequence": [result.owners[k].index for k in result.training.sequence] if is_async(result) else [],
+        "owners": len(result.consortium.names),
     }
 
 
@@ -118,37 +119,63 @@ def write_metrics(result: RunResult, path: Path) -> None:
 
 
 def owner_rows(result: RunResult) -> list[dict]:
-    """One dict per owner with the columns of ``owners.csv``."""
+    """One dict per owner with the columns of ``owners.csv`` (market runs: every owner, with
+    its market columns; owners that declined have no training figures)."""
     counts = result.training.log.counts_by_owner
+    slot = {o.index: k for k, o in enumerate(result.owners)}
     rows = []
-    for o, own in zip(result.owners, result.own_psi, strict=True):
-        rows.append({
-            "owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
-            "queries": counts[("query", o.index)], "answers": o.ledger.answers,
-            "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
-            "answer_cap": o.answers_allowed, "noise_scale": o.scale, "own_psi": float(own),
-            "benefits": bool(result.psi_final < own),
-            **_network_columns(result, o.index, counts),
-        })
+    for i, own in enumerate(result.own_psi):
+        k = slot.get(i)
+        row = _training_columns(result, k, counts) if k is not None else _absent(result, i)
+        row.update({"own_psi": float(own), "benefits": bool(k is not None and result.psi_final < own)})
+        row.update(_network_columns(result, k, counts) if k is not None else {})
+        if result.market is not None:
+            row.update(_market_columns(result.market.outcome, i))
+        rows.append(row)
     return rows
 
 
-def _network_columns(result: RunResult, i: int, counts) -> dict:
-    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime)."""
-    net = result.network
+def _training_columns(result: RunResult, k: int, counts) -> dict:
+    """What training did with the owner in slot k (its position among the participants)."""
+    o = result.owners[k]
+    return {"owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
+            "queries": counts[("query", o.index)], "answers": o.ledger.answers,
+            "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
+            "answer_cap": o.answers_allowed, "noise_scale": o.scale}
+
+
+def _absent(result: RunResult, i: int) -> dict:
+    """The training columns of an owner that declined the market: it answered nothing."""
+    return {"owner": i, "name": result.consortium.names[i],
+            "records": int(result.consortium.sizes[i]), "epsilon": 0.0, "queries": 0,
+            "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": ""}
+
+
+def _market_columns(outcome, i: int) -> dict:
+    """The market's terms for owner i."""
+    return {"cost_coef": float(outcome.coef[i]),
+            "payment": float(outcome.payment[i]), "cost": float(outcome.cost[i]),
+            "utility": float(outcome.utility[i]), "participates": bool(outcome.participates[i])}
+
+
+def _network_columns(result: RunResult, k: int, counts) -> dict:
+    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime) of the
+    owner in slot k among the participants (the engine's arrays are per slot, events per owner)."""
+    net, i = result.network, result.owners[k].index
     return {
         "clock_rate": result.scenario.owner_value(i, "clock_rate"),
-        "channel": int(net.channel_of[i]) if net else "",
+        "channel": int(net.channel_of[k]) if net else "",
         "exchanges": counts[("update", i)], "ticks": counts[("tick", i)],
         "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
-        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[i]) if net else 0.0,
+        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[k]) if net else 0.0,
     }
 
 
 def write_owners(result: RunResult, path: Path) -> None:
-    """``owners.csv``: one row per owner."""
+    """``owners.csv``: one row per owner (absent columns of declining owners left empty)."""
     rows = owner_rows(result)
-    _write_csv(path, tuple(rows[0]), (r.values() for r in rows))
+    header = tuple(max(rows, key=len))
+    _write_csv(path, header, ([r.get(key, "") for key in header] for r in rows))
 
 
 def summary(result: RunResult) -> dict:
@@ -156,7 +183,7 @@ def summary(result: RunResult) -> dict:
     s, t, counts = result.scenario, result.training, result.training.log.counts
     own = result.own_psi
     return {
-        "scenario": s.name, "seed": s.seed, "owners": len(result.owners),
+        "scenario": s.name, "seed": s.seed, "owners": len(result.consortium.names),
         "records": int(result.consortium.sizes.sum()), "iterations": t.k,
         "psi_final": result.psi_final, "collisions": counts["collision"],
         "dropouts": counts["dropout"],
@@ -176,6 +203,7 @@ def summary(result: RunResult) -> dict:
         "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
         "step_curvature_max": result.step_curvature,
         **_data_summary(result),
+        **_market_summary(result),
     }
 
 
@@ -183,6 +211,19 @@ def _data_summary(result: RunResult) -> dict:
     """Table data: what was read, held out, dropped and clipped (nothing for synthetic owners)."""
     report = result.consortium.report
     return {} if report is None else {"data": report}
+
+
+def _market_summary(result: RunResult) -> dict:
+    """The market's figures for ``summary.json`` (nothing without a [market] section)."""
+    if result.market is None:
+        return {}
+    o, f = result.market.outcome, result.market.forecast
+    return {"policy": o.policy, "participants": int(o.participates.sum()),
+            "price": o.price, "psi_forecast": o.psi_forecast, "psi_simulated": result.psi_final,
+            "total_payment": o.spend, "learner_value": o.value, "learner_surplus": o.surplus,
+            "learner_surplus_simulated": learner_value(result.scenario.market.value,
+                                                       result.psi_final) - o.spend,
+            "forecast": {**f.to_dict(), "source": result.market.source}}
 
 
 def _utilisation(result: RunResult) -> list[float]:
@@ -237,11 +278,21 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"psi final     {s['psi_final']:.4g}   (median own-data ψ {s['own_psi_median']:.4g}; "
         f"{s['owners_benefiting']} of {s['owners']} owners benefit)",
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
+        *_market_lines(s),
         *_stability_warning(s["step_curvature_max"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
     return "\n".join(lines)
+
+
+def _market_lines(s: dict) -> list[str]:
+    if "policy" not in s:
+        return []
+    return [f"market        {s['policy']}: {s['participants']} of {s['owners']} owners take part, "
+            f"total payment {s['total_payment']:.4g}, learner surplus {s['learner_surplus']:.4g}",
+            f"forecast      psi {s['psi_forecast']:.4g} forecast vs {s['psi_simulated']:.4g} simulated "
+            f"({s['forecast']['source']})"]
 
 
 def _network_lines(s: dict) -> list[str]:

@@ -17,15 +17,17 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
+from dpmarket.errors import MarketError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
 from dpmarket.models import Objective, make_loss
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
-from dpmarket.scenario import Scenario
+from dpmarket.scenario import OwnerSpec, Scenario
 from dpmarket.training import Training, make_learner, record_points, run_uniform
 
 if TYPE_CHECKING:
+    from dpmarket.market.stage import MarketStage
     from dpmarket.sim import NetworkRun
 
 
@@ -43,6 +45,7 @@ class RunResult:
     wall_seconds: float
     step_curvature: float | None = None
     network: NetworkRun | None = None  # the SimPy engine's report, None in the ideal network
+    market: MarketStage | None = None  # the market's outcome, None without a [market] section
 
     @property
     def psi_final(self) -> float:
@@ -58,20 +61,88 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
     return loss.l1_sensitivity(consortium.z_l1, consortium.y_max, scenario.model.theta_max)
 
 
-def build_owners(scenario: Scenario, consortium: Consortium, objective: Objective) -> list[DataOwner]:
-    """The owners as protocol participants: budget, answer cap m_i, noise stream, ledger."""
-    N, T = len(consortium.owners), scenario.learner.iterations
+def build_owners(scenario: Scenario, consortium: Consortium, objective: Objective,
+                 members: np.ndarray | None = None,
+                 epsilons: np.ndarray | None = None) -> list[DataOwner]:
+    """The owners as protocol participants: budget, answer cap m_i, noise stream, ledger.
+
+    ``members`` (default: everyone) are the owners taking part, with budgets ``epsilons``
+    (indexed like all owners; default: the scenario's). Owner i keeps its own noise stream
+    whoever else takes part, so policies are compared on common random numbers.
+    """
+    members = np.arange(len(consortium.owners)) if members is None else np.asarray(members)
+    N, T = len(members), scenario.learner.iterations
     xi = sensitivity(scenario, consortium)
     share = 1.0 if scenario.learner.algorithm != "async" else 1.0 / N
     owners = []
-    for i, data in enumerate(consortium.owners):
+    for i in map(int, members):
+        eps = scenario.owner_value(i, "epsilon") if epsilons is None else float(epsilons[i])
         cap = answer_cap(scenario.privacy.split, T, share, scenario.owner_value(i, "cap"),
                          scenario.privacy.cap_quantile)
-        owners.append(DataOwner(i, consortium.names[i], data, objective.loss,
-                                scenario.owner_value(i, "epsilon"), cap, xi,
-                                streams.stream(scenario.seed, "noise", i),
+        owners.append(DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
+                                eps, cap, xi, streams.stream(scenario.seed, "noise", i),
                                 scenario.privacy.clip))
     return owners
+
+
+@dataclass
+class Trained:
+    """What training the participants produced (one pass of the simulation)."""
+
+    owners: list[DataOwner]
+    training: Training
+    network: NetworkRun | None
+    curvature: float | None
+
+
+def prepare(scenario: Scenario) -> tuple[Consortium, Objective]:
+    """The data stage: every owner's records, and f over the whole consortium (ψ's reference)."""
+    consortium = build_consortium(scenario)
+    m = scenario.model
+    return consortium, Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+
+
+def train(scenario: Scenario, consortium: Consortium, objective: Objective,
+          members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
+          events_path: Path | None = None, progress: bool = False) -> Trained:
+    """Train with the owners in ``members`` (default all) at ``epsilons``; ψ against the whole f.
+
+    Algorithm 1's N and n are the members'; the published model is scored on everyone's
+    data (``objective``), so runs with different participants are comparable.
+    """
+    owners = build_owners(scenario, consortium, objective, members, epsilons)
+    lr, m = scenario.learner, scenario.model
+    sizes = np.array([o.data.n for o in owners], dtype=np.int64)
+    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, lr.rho,
+                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+    ids = [o.index for o in owners]
+    view = member_view(scenario, ids, consortium.names)
+    renumber = ids if view is not scenario else None
+    with EventLog(events_path, renumber) as log, _bar(lr.iterations, progress) as bar:
+        training = Training(learner, owners, objective, log,
+                            record_points(lr.iterations, scenario.output.metric_points), bar)
+        network = simulate(view, training, [o.name for o in owners])
+    curvature = step_curvature(learner, objective, owners) if isinstance(learner, AsyncLearner) else None
+    return Trained(owners, training, network, curvature)
+
+
+def member_view(scenario: Scenario, members: list[int], names: list[str]) -> Scenario:
+    """``scenario`` as the network sees it when only ``members`` take part (renumbered 0…M−1).
+
+    Each member keeps its own clock rate, channel and availability settings; an availability
+    trace that names owners by index cannot be renumbered, so that combination is refused.
+    """
+    if members == list(range(len(names))):
+        return scenario
+    if scenario.network.availability:
+        raise MarketError("an availability trace cannot be combined with owners that decline "
+                          "the market (the trace's owner numbers would shift)")
+    keys = ("clock_rate", "mean_online", "mean_offline", "outages")
+    specs = [OwnerSpec(name=names[i], channel=scenario.owner_value(i, "channel")
+                       if scenario.network.mode != "ideal" else None,
+                       **{k: scenario.owner_value(i, k) for k in keys}) for i in members]
+    data = scenario.data.model_copy(update={"owners": len(members)})
+    return scenario.model_copy(update={"owners": specs, "data": data})
 
 
 def execute(scenario: Scenario, events_path: Path | None = None,
@@ -80,27 +151,24 @@ def execute(scenario: Scenario, events_path: Path | None = None,
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
     start drawing the topology while the simulation runs). ``progress`` shows a bar with an
-    ETA on stderr when stderr is a terminal.
+    ETA on stderr when stderr is a terminal. With a [market] section the market runs first
+    and only the owners that take part train, at the ε they sold.
     """
     start = time.perf_counter()
-    consortium = build_consortium(scenario)
+    consortium, objective = prepare(scenario)
     if on_data is not None:
         on_data(consortium)
-    m = scenario.model
-    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
-    owners = build_owners(scenario, consortium, objective)
-    lr = scenario.learner
-    learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
-                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
-    with EventLog(events_path) as log, _bar(lr.iterations, progress) as bar:
-        training = Training(learner, owners, objective, log,
-                            record_points(lr.iterations, scenario.output.metric_points), bar)
-        network = simulate(scenario, training, consortium.names)
-    reason = network.stop_reason if network else training.stop_reason
+    market = members = epsilons = None
+    if scenario.market is not None:
+        from dpmarket.market.stage import settle_market  # deferred: only market runs need it
+
+        market = settle_market(scenario, consortium, objective)
+        members, epsilons = market.outcome.members, market.outcome.epsilon
+    run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
+    reason = run.network.stop_reason if run.network else run.training.stop_reason
     own_psi = objective.psis(objective.own_data_models())
-    curvature = step_curvature(learner, objective) if isinstance(learner, AsyncLearner) else None
-    return RunResult(scenario, consortium, objective, owners, training, reason, own_psi,
-                     time.perf_counter() - start, curvature, network)
+    return RunResult(scenario, consortium, objective, run.owners, run.training, reason, own_psi,
+                     time.perf_counter() - start, run.curvature, run.network, market)
 
 
 def _bar(total: int, enabled: bool):
@@ -124,7 +192,8 @@ def simulate(scenario: Scenario, training: Training, names: list[str]) -> Networ
     return None
 
 
-def step_curvature(learner: AsyncLearner, objective: Objective) -> float | None:
+def step_curvature(learner: AsyncLearner, objective: Objective,
+                   owners: list[DataOwner] | None = None) -> float | None:
     """max_i of owner i's step times the curvature of its term: above 2, Algorithm 1 oscillates.
 
     Owner i's copy moves by a_i (∇g/(2N) + (n_i/n) Q_i) with a_i = Nρ/(T²σ); along the
@@ -137,7 +206,8 @@ def step_curvature(learner: AsyncLearner, objective: Objective) -> float | None:
     if scale is None:
         return None
     worst = 0.0
-    for i, data in enumerate(objective.owners):
+    datas = objective.owners if owners is None else [o.data for o in owners]
+    for i, data in enumerate(datas):
         curvature = scale * np.linalg.eigvalsh(data.stats.A)[-1] / data.n
         step = learner.step_owner * (objective.lam / learner.N + learner.share[i] * curvature)
         worst = max(worst, step)

@@ -200,6 +200,79 @@ class OwnerSpec(_Strict):
     mean_online: PosFloat | None = None
     mean_offline: PosFloat | None = None
     outages: list[Window] | None = None
+    cost_coef: PosFloat | None = None
+
+
+class Costs(_Strict):
+    """Owners' privacy costs C_i(ε) (design §6): one shape, coefficients fixed or drawn per owner.
+
+    ``distribution = "fixed"``: every owner has ``coef`` (unless its [[owners]] ``cost_coef``
+    says otherwise); ``"lognormal"``: median ``coef``, log-sd ``sigma``; ``"uniform"``: on
+    [``low``, ``high``]. Draws come from the "market" stream, one per owner.
+    """
+
+    kind: Literal["linear", "quadratic", "exponential"] = "quadratic"
+    coef: PosFloat = 1.0
+    distribution: Literal["fixed", "lognormal", "uniform"] = "fixed"
+    sigma: PosFloat = 0.5
+    low: PosFloat | None = None
+    high: PosFloat | None = None
+
+
+class ForecastConstants(_Strict):
+    """Explicit constants of ψ̂ = c₀ + c₁/n·sqrt(Σε⁻²) + c₂/n²·Σε⁻² (skip calibration)."""
+
+    c1: NonNegFloat
+    c2: NonNegFloat
+    c0: NonNegFloat = 0.0
+
+
+class Pilots(_Strict):
+    """Pilot runs that calibrate the forecast: ``levels`` budgets × ``subsets`` owner subsets.
+
+    Budgets are spaced geometrically on [epsilon_low, epsilon_high] (every member at the same
+    ε); subsets are all owners, then halves, quarters, … of a fixed random order; each pilot is
+    run ``replications`` times on its own seed. ``floor`` adds the constant c₀ to the fit.
+    """
+
+    levels: Annotated[int, Field(ge=2)] = 5
+    subsets: PosInt = 3
+    replications: PosInt = 2
+    epsilon_low: PosFloat = 1.0
+    epsilon_high: PosFloat = 100.0
+    floor: bool = True
+
+
+POLICIES = ("posted_price", "record_price", "take_it_or_leave_it", "procurement",
+            "stackelberg", "auction", "marginal")
+
+
+class Market(_Strict):
+    """The market stage (design §6): owners sell ε to the learner under a compensation policy.
+
+    ``price`` is per unit ε (the reserve per unit ε in the auction); ``price_per_record`` is
+    the ``record_price`` policy's price per record·ε; ``budget`` caps the learner's spend;
+    ``value`` is what a perfect model (ψ = 0) is worth to the learner, whose value of a model
+    is value·max(0, 1 − ψ̂); ``offer_epsilon`` is the fixed ε of the take-it-or-leave-it
+    offer, the auction and the marginal-contribution policy.
+    """
+
+    policy: Literal["posted_price", "record_price", "take_it_or_leave_it", "procurement",
+                    "stackelberg", "auction", "marginal"] = "posted_price"
+    price: PosFloat | None = None
+    price_per_record: PosFloat | None = None
+    budget: PosFloat | None = None
+    value: NonNegFloat = 0.0
+    epsilon_min: PosFloat = 0.1
+    epsilon_max: PosFloat = 100.0
+    offer_epsilon: PosFloat | None = None
+    winners: PosInt | None = None
+    contribution: Literal["shapley", "leave_one_out"] = "shapley"
+    shapley_samples: PosInt = 500
+    model_value: NonNegFloat = 0.0
+    costs: Costs = Costs()
+    forecast: ForecastConstants | None = None
+    pilots: Pilots = Pilots()
 
 
 class Output(_Strict):
@@ -222,6 +295,7 @@ class Scenario(_Strict):
     network: Network = Network()
     owners: list[OwnerSpec] = []
     output: Output = Output()
+    market: Market | None = None
 
     def owner_value(self, index: int, key: str) -> Any:
         """An owner's setting: its [[owners]] override if any, else the scenario-wide default."""
@@ -234,7 +308,8 @@ class Scenario(_Strict):
                     "cap": self.privacy.cap, "name": None, "records": None,
                     "clock_rate": net.clock_rate, "channel": index % net.channels,
                     "mean_online": net.dropout.mean_online,
-                    "mean_offline": net.dropout.mean_offline, "outages": net.outages}
+                    "mean_offline": net.dropout.mean_offline, "outages": net.outages,
+                    "cost_coef": None}
         return defaults[key]
 
     def to_toml(self) -> str:
@@ -328,6 +403,7 @@ def _check_consistency(s: Scenario, source: str) -> None:
     if p.sensitivity == "bounds" and p.clip is not None:
         fail("privacy.clip", p.clip, "only used with privacy.sensitivity = 'clip'")
     _check_network(s, fail)
+    _check_market(s, fail)
     if p.split != "capped":
         if p.cap is not None:
             fail("privacy.cap", p.cap, "only used with privacy.split = 'capped'")
@@ -415,6 +491,48 @@ def _check_network(s: Scenario, fail) -> None:
              "must exceed transmission_time + latency, so that slots do not overlap")
     if s.learner.algorithm != "async" and not ideal:
         fail("learner.algorithm", s.learner.algorithm, "the network engine drives the async learner only")
+
+
+# What each compensation policy reads: (key, why) pairs checked when the policy is used.
+POLICY_NEEDS = {
+    "posted_price": ("price",), "record_price": ("price_per_record",),
+    "take_it_or_leave_it": ("price", "offer_epsilon"), "procurement": ("budget",),
+    "stackelberg": ("value",), "auction": ("price", "offer_epsilon"),
+    "marginal": ("value", "offer_epsilon"),
+}
+
+
+def check_policy(market: Market, policy: str, fail) -> None:
+    """Fail (naming the key) when ``market`` lacks a setting ``policy`` needs."""
+    for key in POLICY_NEEDS[policy]:
+        if not getattr(market, key):
+            fail(f"market.{key}", getattr(market, key) or _MISSING,
+                 f"market.policy = {policy!r} needs market.{key} (> 0)")
+
+
+def _check_market(s: Scenario, fail) -> None:
+    """Market keys that only make sense together."""
+    m = s.market
+    if m is None:
+        for i, o in enumerate(s.owners):
+            if o.cost_coef is not None:
+                fail(f"owners.{i}.cost_coef", o.cost_coef, "only used with a [market] section")
+        return
+    if m.epsilon_min >= m.epsilon_max:
+        fail("market.epsilon_min", m.epsilon_min, f"must be below market.epsilon_max = {m.epsilon_max}")
+    if m.offer_epsilon is not None and not m.epsilon_min <= m.offer_epsilon <= m.epsilon_max:
+        fail("market.offer_epsilon", m.offer_epsilon,
+             f"must lie in [epsilon_min, epsilon_max] = [{m.epsilon_min}, {m.epsilon_max}]")
+    c = m.costs
+    if c.distribution == "uniform" and (c.low is None or c.high is None or c.low >= c.high):
+        fail("market.costs.low", c.low if c.low is not None else _MISSING,
+             "distribution = 'uniform' needs low < high")
+    if c.distribution != "uniform" and (c.low is not None or c.high is not None):
+        fail("market.costs.low", c.low, "low and high are only used with distribution = 'uniform'")
+    if m.pilots.epsilon_low >= m.pilots.epsilon_high:
+        fail("market.pilots.epsilon_low", m.pilots.epsilon_low,
+             f"must be below market.pilots.epsilon_high = {m.pilots.epsilon_high}")
+    check_policy(m, m.policy, fail)
 
 
 _TYPE_NAMES = {"constrained-int": "an integer", "list[": "a list", "tagged-union[": "a table",

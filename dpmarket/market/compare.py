@@ -1,0 +1,168 @@
+"""Comparing compensation policies on common random numbers (the ``market`` command's work).
+
+Every policy faces the same owners (same data, same cost coefficients), the same forecast,
+and for each replication the same run seed — hence the same clocks, channel and DP noise
+streams: owner i's j-th answer carries the same standard Laplace draw under every policy in
+which it takes part. Only the policy differs. With one replication the seed is the
+scenario's own, so a policy's simulated ψ equals what ``run`` gives with that policy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dpmarket import rng as streams
+from dpmarket.errors import _MISSING, ScenarioError
+from dpmarket.market import calibration
+from dpmarket.market.outcome import Outcome, learner_value
+from dpmarket.market.policies import settle
+from dpmarket.market.stage import sellers_of
+from dpmarket.scenario import POLICIES, Scenario, check_policy
+
+
+@dataclass(frozen=True)
+class PolicyResult:
+    """One policy: its market outcome and the simulated ψ of each replication."""
+
+    outcome: Outcome
+    psi: np.ndarray  # one per replication; empty when nobody takes part
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """All policies of one comparison, with the seeds and forecast they shared."""
+
+    scenario: Scenario
+    results: list[PolicyResult]
+    seeds: list[int]
+    forecast_source: str
+    forecast: dict
+    names: list[str]
+    records: np.ndarray
+
+
+def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
+    """``"a,b,c"`` → policy names, each checked against the [market] keys it needs."""
+    if scenario.market is None:
+        raise ScenarioError(source, "market", _MISSING, "the market command needs a [market] section")
+    market = scenario.market
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    for name in names:
+        if name not in POLICIES:
+            raise ScenarioError("--policies", "", name, f"unknown policy; known: {', '.join(POLICIES)}")
+
+    def fail(key, value, reason):
+        raise ScenarioError(source, key, value, reason)
+
+    for name in names:
+        check_policy(market, name, fail)
+    if not names:
+        raise ScenarioError("--policies", "", text, "name at least one policy")
+    return names
+
+
+def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
+    """The run seeds every policy shares: the scenario's own for one replication."""
+    if replications == 1:
+        return [scenario.seed]
+    return streams.replication_seeds(scenario.seed, replications)
+
+
+def compare(scenario: Scenario, policies: list[str], replications: int = 1,
+            cache: Path = calibration.CACHE_DIR) -> Comparison:
+    """Settle every policy on the same sellers and forecast, then train each on the same seeds.
+
+    The data are fixed at the scenario's data seed, so replications vary only the run's
+    randomness (clocks, selection, channel, noise), not the owners.
+    """
+    from dpmarket.run import prepare, train  # deferred: run imports the market layer
+
+    data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
+    consortium, objective = prepare(base)
+    forecast, source = calibration.resolve(base, consortium, objective, cache)
+    sellers = sellers_of(base, consortium, objective)
+    seeds = replication_seeds(base, replications)
+    results = []
+    for name in policies:
+        outcome = settle(name, sellers, forecast, base.market, base.seed)
+        psi = [train(base.model_copy(update={"seed": seed}), consortium, objective,
+                     outcome.members, outcome.epsilon).training.metrics.psi[-1]
+               for seed in seeds] if outcome.participates.any() else []
+        results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
+    return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
+                      consortium.sizes)
+
+
+def policy_rows(c: Comparison) -> list[dict]:
+    """``policies.csv``: one row per policy."""
+    rows = []
+    for r in c.results:
+        o, psi = r.outcome, r.psi
+        mean = float(psi.mean()) if len(psi) else float("nan")
+        rows.append({
+            "policy": o.policy, "participants": int(o.participates.sum()),
+            "total_payment": o.spend, "price": "" if o.price is None else o.price,
+            "psi_forecast": o.psi_forecast, "psi_mean": mean,
+            "psi_sd": float(psi.std(ddof=1)) if len(psi) > 1 else float("nan"),
+            "psi_min": float(psi.min()) if len(psi) else float("nan"),
+            "psi_max": float(psi.max()) if len(psi) else float("nan"),
+            "learner_value": o.value, "learner_surplus": o.surplus,
+            "learner_surplus_simulated": learner_value(c.scenario.market.value, mean) - o.spend
+            if len(psi) else -o.spend,
+            "replications": len(psi),
+        })
+    return rows
+
+
+def market_rows(c: Comparison) -> list[dict]:
+    """``market.csv``: one row per policy and owner."""
+    names, records, rows = c.names, c.records, []
+    for r in c.results:
+        o = r.outcome
+        for i in range(len(o.epsilon)):
+            rows.append({"policy": o.policy, "owner": i, "name": names[i], "records": int(records[i]),
+                         "cost_coef": float(o.coef[i]), "epsilon": float(o.epsilon[i]),
+                         "payment": float(o.payment[i]), "cost": float(o.cost[i]),
+                         "utility": float(o.utility[i]), "participates": bool(o.participates[i])})
+    return rows
+
+
+def write(c: Comparison, target: Path) -> list[dict]:
+    """Write the comparison directory atomically: tables, figures, summary, resolved scenario."""
+    import json
+
+    from dpmarket.market import plots
+    from dpmarket.results import _write_csv, run_directory
+
+    rows = policy_rows(c)
+    with run_directory(target) as staging:
+        (staging / "scenario.toml").write_text(c.scenario.to_toml(), encoding="utf-8")
+        _write_csv(staging / "policies.csv", tuple(rows[0]), (r.values() for r in rows))
+        market = market_rows(c)
+        _write_csv(staging / "market.csv", tuple(market[0]), (r.values() for r in market))
+        title = f"{c.scenario.name}: {len(c.names)} owners, {len(c.seeds)} replication(s)"
+        plots.psi_against_payment(rows, title, staging / "psi_payment.png")
+        eps = [(r.outcome.policy, [float(e) for e in r.outcome.epsilon[r.outcome.participates]])
+               for r in c.results]
+        plots.epsilon_distribution(eps, title, staging / "epsilons.png")
+        summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
+                   "policies": [r["policy"] for r in rows],
+                   "forecast": {**c.forecast, "source": c.forecast_source}}
+        (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    return rows
+
+
+def table(rows: list[dict], out: Path) -> str:
+    """The comparison as a terminal table."""
+    lines = [f"{'policy':<20} {'owners':>6} {'payment':>10} {'psi fcst':>9} {'psi sim':>9} "
+             f"{'sd':>8} {'surplus':>9}"]
+    for r in rows:
+        lines.append(f"{r['policy']:<20} {r['participants']:>6} {r['total_payment']:>10.4g} "
+                     f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {r['psi_sd']:>8.3g} "
+                     f"{r['learner_surplus']:>9.4g}")
+    lines.append(f"written to {out}")
+    return "\n".join(lines)

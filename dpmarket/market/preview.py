@@ -1,0 +1,63 @@
+"""What the forecast says before any training (the ``forecast`` command's work).
+
+The predicted ψ̂ of the owners that would take part — under the scenario's market, or with
+everyone at the scenario's budgets when it has none — and, per owner, whether that model is
+forecast to beat the model it could train on its own data (ψ(θ_i*), exact and cheap: no
+training run). Calibrates the forecast (and caches it) if it has to.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from dpmarket.market import calibration
+from dpmarket.market.policies import settle
+from dpmarket.market.sellers import coalition_psi
+from dpmarket.market.stage import sellers_of
+from dpmarket.scenario import Market, Scenario
+
+
+def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibration.CACHE_DIR) -> str:
+    """The forecast of ``scenario`` as terminal text."""
+    from dpmarket.run import prepare  # deferred: run imports the market layer
+
+    has_market = scenario.market is not None
+    if not has_market:  # defaults for the pilots; no policy is run
+        scenario = scenario.model_copy(update={"market": Market.model_construct(**_defaults())})
+    consortium, objective = prepare(scenario)
+    forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate)
+    N = len(consortium.owners)
+    if has_market:
+        outcome = settle(scenario.market.policy, sellers_of(scenario, consortium, objective),
+                         forecast, scenario.market, scenario.seed)
+        eps, members, terms = outcome.epsilon, outcome.participates, f"market.policy = {outcome.policy}"
+    else:
+        eps = np.array([scenario.owner_value(i, "epsilon") for i in range(N)], dtype=float)
+        members, terms = np.ones(N, bool), "every owner at its scenario budget (no [market])"
+    psi = float(coalition_psi(forecast, eps, consortium.sizes, members)[0])
+    own = objective.psis(objective.own_data_models())
+    f = forecast
+    lines = [f"scenario      {scenario.name} (seed {scenario.seed}): {N} owners, "
+             f"{int(consortium.sizes.sum()):,} records",
+             f"forecast      psi = {f.c0:.4g} + {f.c1:.4g}/n*sqrt(sum eps^-2) + {f.c2:.4g}/n^2*sum eps^-2",
+             f"fit           R2(log psi) {f.r2:.3f}, RMS relative error {f.rms_relative_error:.3f}, "
+             f"{f.points} pilot points (budget x subset, replications averaged); {source}",
+             f"terms         {terms}: {int(members.sum())} of {N} owners take part",
+             f"predicted psi {psi:.4g}",
+             f"benefit       {int(np.sum(members & (psi < own)))} of {int(members.sum())} "
+             "participants are forecast to beat their own-data model",
+             "",
+             f"{'owner':>5}  {'name':<28} {'records':>9} {'epsilon':>9} {'own psi':>10}  forecast beats own"]
+    for i in range(N):
+        verdict = ("yes" if psi < own[i] else "no") if members[i] else "(declines)"
+        lines.append(f"{i:>5}  {consortium.names[i][:28]:<28} {int(consortium.sizes[i]):>9,} "
+                     f"{eps[i]:>9.4g} {own[i]:>10.4g}  {verdict}")
+    return "\n".join(lines)
+
+
+def _defaults() -> dict:
+    """Every default of a [market] table (pydantic's), without requiring a policy's keys."""
+    return {name: field.get_default(call_default_factory=True)
+            for name, field in Market.model_fields.items()}

@@ -1,0 +1,46 @@
+"""The market stage of a run: sellers, forecast and policy → who takes part, at which ε.
+
+Sits between data and simulation in the one-way flow. It reads the owners' sizes (and, only
+when owners value the shared model, their own-data ψ), never the simulation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmarket.errors import MarketError
+from dpmarket.market import calibration
+from dpmarket.market.forecast import Forecast
+from dpmarket.market.outcome import Outcome
+from dpmarket.market.policies import settle
+from dpmarket.market.sellers import Sellers, build_sellers
+from dpmarket.scenario import Scenario
+
+
+@dataclass(frozen=True)
+class MarketStage:
+    """The outcome of the scenario's policy and the forecast it was negotiated with."""
+
+    outcome: Outcome
+    forecast: Forecast
+    source: str  # where the forecast constants came from
+
+
+def sellers_of(scenario: Scenario, consortium, objective) -> Sellers:
+    """The sellers of ``scenario`` (own-data ψ computed only if owners value the model)."""
+    own = objective.psis(objective.own_data_models()) if scenario.market.model_value > 0 else None
+    return build_sellers(scenario, consortium.sizes, own)
+
+
+def settle_market(scenario: Scenario, consortium, objective, policy: str | None = None,
+                  cache: Path = calibration.CACHE_DIR) -> MarketStage:
+    """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins."""
+    forecast, source = calibration.resolve(scenario, consortium, objective, cache)
+    name = policy or scenario.market.policy
+    outcome = settle(name, sellers_of(scenario, consortium, objective), forecast,
+                     scenario.market, scenario.seed)
+    if not outcome.participates.any():
+        raise MarketError(f"{scenario.name}: market.policy = {name!r}: no owner takes part at these "
+                          "terms (raise market.price, market.budget or market.value)")
+    return MarketStage(outcome, forecast, source)
