@@ -8,8 +8,12 @@ on each channel; each online owner whose clock has ticked since its last answer 
 exactly one response is an exchange, two or more collide and are all lost, none is an idle
 slot. Every uplink message occupies its channel for ``transmission_time`` and overlapping
 messages are lost (pure ALOHA); a message may also be lost at random, and arrives after
-``latency``. An owner going offline during its exchange loses the exchange. An answer that
-was transmitted has been released, so its ε is spent even if the message is then lost.
+``latency``. With carrier sensing (request mode only) an owner that hears a busy channel
+backs off before each new attempt. An owner going offline during its exchange loses the
+exchange, at the engine's next check: when the query arrives, when the answer arrives, or, if
+it is backing off, at its next attempt — an offline owner puts nothing on the air; a message
+already on the air completes. ε is charged when the owner computes its answer, so an answer
+that is then lost (or never sent) is still spent.
 
 With one channel exchanges never overlap, so the learner applies Algorithm 1 exactly; with
 several, an update uses the query point computed when its exchange began.
@@ -121,10 +125,16 @@ class Engine:
         if len(self.departed) == self.N and not self.done.triggered:
             self.done.succeed(reason)
 
-    def uplink(self, i: int, c: int) -> Generator:
-        """Send one message from owner i on channel c; True if it reached the learner."""
+    def uplink(self, i: int, c: int, epoch: int) -> Generator:
+        """Send one message from owner i on channel c; True if it reached the learner.
+
+        Only an online owner puts a message on the air: one that went offline while backing
+        off (its ``epoch`` changed) loses the exchange at its next attempt, without transmitting.
+        """
         net, channel = self.net, self.channels[c]
-        for _ in range(net.max_attempts):
+        for attempt in range(net.max_attempts):
+            if attempt and self._dropped(i, c, epoch):
+                return False
             if net.carrier_sense and channel.busy:
                 self.emit("backoff", i, c)
                 yield self.env.timeout(self.channel_rng.exponential(net.backoff))
@@ -146,7 +156,7 @@ class Engine:
         epoch = self.availability.epoch[i]
         self.emit("request", i, c)
         try:
-            if not (yield from self.uplink(i, c)):
+            if not (yield from self.uplink(i, c, epoch)):
                 return
             if self.learner_busy[c]:
                 self.emit("loss", i, c, "learner busy")
@@ -166,7 +176,7 @@ class Engine:
         if self._dropped(i, c, epoch):
             return
         answer = self.training.answer(i, theta_bar, self.env.now, c)
-        if answer is None or not (yield from self.uplink(i, c)) or self._dropped(i, c, epoch):
+        if answer is None or not (yield from self.uplink(i, c, epoch)) or self._dropped(i, c, epoch):
             return
         self._apply(i, c, theta_bar, answer)
 
@@ -203,7 +213,7 @@ class Engine:
         points = {i: self.training.query(i, self.env.now, c) for i in responders}
         answers = {i: self.training.answer(i, points[i], self.env.now, c) for i in responders}
         senders = [i for i in responders if answers[i] is not None]
-        results = [self.env.process(self.uplink(i, c)) for i in senders]
+        results = [self.env.process(self.uplink(i, c, epochs[i])) for i in senders]
         if results:
             yield self.env.all_of(results)
         # With collisions on, only a lone sender gets through; with them off, every delivered
