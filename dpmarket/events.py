@@ -36,29 +36,54 @@ class Event(NamedTuple):
 
 
 class EventLog:
-    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind."""
+    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind.
+
+    The engine logs several rows per exchange, so :meth:`record` is its fast path: positional
+    fields, no :class:`Event` built, one count per (kind, owner); per-kind totals are summed
+    from those when asked for.
+    """
 
     def __init__(self, path: Path | None) -> None:
-        self.counts: Counter[str] = Counter()
-        self.counts_by_owner: Counter[tuple[str, int]] = Counter()
+        self._by_owner: dict[tuple[str, int], int] = {}
         self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
-        self._writer = csv.writer(self._file, lineterminator="\n") if self._file else None
-        if self._writer:
-            self._writer.writerow(COLUMNS)
+        writer = csv.writer(self._file, lineterminator="\n") if self._file else None
+        self._writerow = writer.writerow if writer else None
+        if self._writerow:
+            self._writerow(COLUMNS)
 
     def emit(self, event: Event) -> None:
         """Record one event."""
-        self.counts[event.kind] += 1
-        self.counts_by_owner[event.kind, event.owner] += 1
-        if self._writer:
+        self.record(*event)
+
+    def record(self, time: float, kind: str, owner: int, k: int | None = None,
+               epsilon_spent: float | None = None, channel: int | None = None,
+               detail: str | None = None) -> None:
+        """Record one event given as the fields of :class:`Event`, in its order."""
+        key = (kind, owner)
+        by_owner = self._by_owner
+        by_owner[key] = by_owner.get(key, 0) + 1
+        if self._writerow:
             # csv writes None as an empty field and floats with repr (shortest round-trip form)
-            self._writer.writerow(event)
+            self._writerow((time, kind, owner, k, epsilon_spent, channel, detail))
+
+    @property
+    def counts_by_owner(self) -> Counter[tuple[str, int]]:
+        """Events per (kind, owner); missing pairs count 0."""
+        return Counter(self._by_owner)
+
+    @property
+    def counts(self) -> Counter[str]:
+        """Events per kind; missing kinds count 0."""
+        totals: Counter[str] = Counter()
+        for (kind, _), n in self._by_owner.items():
+            totals[kind] += n
+        return totals
 
     def close(self) -> None:
         """Flush and close the file."""
         if self._file:
             self._file.close()
-            self._file = self._writer = None
+            self._file = self._writerow = None
 
     def __enter__(self) -> EventLog:
         return self
