@@ -53,35 +53,37 @@ def engine_for(path: Path, overrides: list[str]) -> Engine:
     return Engine(scenario, training, consortium.names)
 
 
-class _NoLearning:
-    """Stands in for Training's learning steps, to time what the engine itself costs per event."""
+def strip_arithmetic(training: Training) -> None:
+    """Replace the numerical work of an exchange by constants, keeping everything else.
 
-    def __init__(self, training: Training) -> None:
-        self.training, self.zero = training, np.zeros(training.objective.p)
+    Gone: θ̄ = (θ_L + θ_i)/2, the owner's gradient and Laplace draw, the two projected steps of
+    Algorithm 1, ψ at the checkpoints. Kept: the SimPy processes, channels, availability, the
+    exchange protocol of :class:`Training` (its event-log rows, the sequence, the checkpoints'
+    bookkeeping) and every owner's privacy ledger (so refusals still happen).
+    """
+    learner, zero = training.learner, np.zeros(training.objective.p)
 
-    def query(self, owner, time, channel=None):
-        return self.zero
+    def update(owner, theta_bar, answer):
+        learner.k += 1
 
-    def answer(self, owner, theta, time, channel=None):
-        return self.zero
-
-    def apply(self, owner, theta_bar, answer, time, channel=None):
-        self.training.learner.k += 1
+    learner.query_point, learner.update = (lambda owner: zero), update
+    training.objective.psi = lambda theta: 0.0
+    for owner in training.owners:
+        owner.exact_answer, owner.noise.draw = (lambda theta: zero), (lambda: zero)
 
 
 def engine_rate(updates: int, learning: bool = True) -> tuple[float, float, int, int]:
     """(events/s, seconds, events, processes) of the engine on ny_hospitals.
 
-    With ``learning=False`` the query, DP answer and update are replaced by no-ops (the event
-    log still counts), isolating the scheduling layer from the learner's arithmetic.
+    With ``learning=False`` the arithmetic of each exchange is replaced by constants
+    (:func:`strip_arithmetic`), isolating the scheduling layer from the learner's numpy work.
     """
     engine = engine_for(ROOT / "scenarios" / "ny_hospitals.toml", [f"learner.iterations={updates}"])
     if not learning:
-        stub = _NoLearning(engine.training)
-        engine.training.query, engine.training.answer, engine.training.apply = (
-            stub.query, stub.answer, stub.apply)
+        strip_arithmetic(engine.training)
+    engine.start()  # processes and random streams created outside the timing, as in bare_rate
     start = time.perf_counter()
-    engine.run()
+    engine.advance()
     seconds = time.perf_counter() - start
     events = next(engine.env._eid)  # SimPy's count of scheduled events
     processes = engine_processes(engine)

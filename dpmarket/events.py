@@ -1,7 +1,7 @@
 """The event log: one immutable typed row per event, streamed to ``events.csv`` as the run goes.
 
-Rows are written immediately (buffered by the file object), so memory stays flat however long
-a run is; per-kind counts are kept for the summary. Floats are written with ``repr`` so the same
+Rows are written in blocks of a few thousand as the run goes, so memory stays flat however
+long a run is; per-kind counts are kept for the summary. Floats are written with ``repr`` so the same
 run always produces the same bytes.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,21 +36,27 @@ class Event(NamedTuple):
     detail: str | None = None
 
 
-class EventLog:
-    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind.
+_BLOCK = 4096  # rows held before they are counted and written: bounded memory, bulk C loops
+_KIND_OWNER = itemgetter(1, 2)
 
-    The engine logs several rows per exchange, so :meth:`record` is its fast path: positional
-    fields, no :class:`Event` built, one count per (kind, owner); per-kind totals are summed
-    from those when asked for.
+
+class EventLog:
+    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them.
+
+    The engine logs several rows per exchange, so :meth:`record` is kept cheap: with a file it
+    only appends the row to a block, and every ``_BLOCK`` rows the block is counted per
+    (kind, owner) and written, one C-level call each; without a file it just counts. The
+    counts are read through properties that flush first.
     """
 
     def __init__(self, path: Path | None) -> None:
-        self._by_owner: dict[tuple[str, int], int] = {}
+        self._by_owner: Counter[tuple[str, int]] = Counter()
+        self._rows: list[tuple] = []
         self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
         writer = csv.writer(self._file, lineterminator="\n") if self._file else None
-        self._writerow = writer.writerow if writer else None
-        if self._writerow:
-            self._writerow(COLUMNS)
+        self._writerows = writer.writerows if writer else None
+        if writer:
+            writer.writerow(COLUMNS)
 
     def emit(self, event: Event) -> None:
         """Record one event."""
@@ -59,21 +66,33 @@ class EventLog:
                epsilon_spent: float | None = None, channel: int | None = None,
                detail: str | None = None) -> None:
         """Record one event given as the fields of :class:`Event`, in its order."""
-        key = (kind, owner)
-        by_owner = self._by_owner
-        by_owner[key] = by_owner.get(key, 0) + 1
-        if self._writerow:
+        if self._writerows is None:  # nothing to write: count the row at once
+            key = (kind, owner)
+            self._by_owner[key] = self._by_owner.get(key, 0) + 1
+            return
+        rows = self._rows
+        rows.append((time, kind, owner, k, epsilon_spent, channel, detail))
+        if len(rows) >= _BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = self._rows
+        self._by_owner.update(map(_KIND_OWNER, rows))
+        if self._writerows:
             # csv writes None as an empty field and floats with repr (shortest round-trip form)
-            self._writerow((time, kind, owner, k, epsilon_spent, channel, detail))
+            self._writerows(rows)
+        rows.clear()
 
     @property
     def counts_by_owner(self) -> Counter[tuple[str, int]]:
         """Events per (kind, owner); missing pairs count 0."""
+        self._flush()
         return Counter(self._by_owner)
 
     @property
     def counts(self) -> Counter[str]:
         """Events per kind; missing kinds count 0."""
+        self._flush()
         totals: Counter[str] = Counter()
         for (kind, _), n in self._by_owner.items():
             totals[kind] += n
@@ -82,8 +101,9 @@ class EventLog:
     def close(self) -> None:
         """Flush and close the file."""
         if self._file:
+            self._flush()
             self._file.close()
-            self._file = self._writerow = None
+            self._file = self._writerows = None
 
     def __enter__(self) -> EventLog:
         return self

@@ -63,10 +63,15 @@ class Engine:
         self.learner_busy = [False] * self.net.channels
         self.ready: list[set[int]] = [set() for _ in range(self.net.channels)]
         self.channel_rng = streams.stream(scenario.seed, "channel")
+        # Without carrier sensing the channel stream only decides random losses, so its
+        # uniforms can be drawn in blocks (the same sequence); back-offs interleave other draws.
+        self._loss_draws = (_uniforms(self.channel_rng) if not self.net.carrier_sense
+                            else iter(self.channel_rng.random, None))
         self.done = self.env.event()
         self.departed: set[int] = set()  # owners that will never answer again
         self._names = names
         self._record = training.log.record
+        self._downlink = self.net.transmission_time + self.net.latency  # the query's delivery
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
@@ -137,55 +142,61 @@ class Engine:
 
         Only an online owner puts a message on the air: one that went offline while backing
         off (its ``epoch`` changed) loses the exchange at its next attempt, without transmitting.
+        Runs for every message, so what it reads is bound to locals.
         """
-        net, channel = self.net, self.channels[c]
+        net, channel, env = self.net, self.channels[c], self.env
         for attempt in range(net.max_attempts):
             if attempt and self._dropped(i, c, epoch):
                 return False
             if net.carrier_sense and channel.busy:
                 self.emit("backoff", i, c)
-                yield self.env.timeout(self.channel_rng.exponential(net.backoff))
+                yield env.timeout(self.channel_rng.exponential(net.backoff))
                 continue
-            if not (yield from channel.transmit(net.transmission_time)):
-                self.emit("collision", i, c)
+            ticket = channel.start()
+            yield env.timeout(net.transmission_time)
+            if not channel.finish(ticket):
+                self._record(env.now, "collision", i, None, None, c, None)
                 return False
-            if net.loss_probability and self.channel_rng.random() < net.loss_probability:
-                self.emit("loss", i, c, "random")
+            loss = net.loss_probability
+            if loss and next(self._loss_draws) < loss:
+                self._record(env.now, "loss", i, None, None, c, "random")
                 return False
             if net.latency:
-                yield self.env.timeout(net.latency)
+                yield env.timeout(net.latency)
             return True
         self.emit("loss", i, c, "channel busy: gave up")
         return False
 
     def request(self, i: int, c: int) -> Generator:
-        """Request mode: owner i asks for an exchange; the learner serves it if it can."""
+        """Request mode: owner i asks for an exchange; the learner serves it if it can.
+
+        The exchange is query (downlink), private answer (uplink), update — unless the owner
+        drops out or a message is lost on the way.
+        """
+        env, training, busy = self.env, self.training, self.learner_busy
         epoch = self.availability.epoch[i]
-        self.emit("request", i, c)
+        self._record(env.now, "request", i, None, None, c, None)
         try:
             if not (yield from self.uplink(i, c, epoch)):
                 return
-            if self.learner_busy[c]:
-                self.emit("loss", i, c, "learner busy")
+            if busy[c]:
+                self._record(env.now, "loss", i, None, None, c, "learner busy")
                 return
-            self.learner_busy[c] = True
+            busy[c] = True
             try:
-                yield from self.exchange(i, c, epoch)
+                theta_bar = training.query(i, env.now, c)
+                yield env.timeout(self._downlink)
+                if self._dropped(i, c, epoch):
+                    return
+                answer = training.answer(i, theta_bar, env.now, c)
+                if answer is None or not (yield from self.uplink(i, c, epoch)):
+                    return
+                if not self._dropped(i, c, epoch):
+                    self._apply(i, c, theta_bar, answer)
             finally:
-                self.learner_busy[c] = False
+                busy[c] = False
         finally:
             self.in_exchange[i] = False
-
-    def exchange(self, i: int, c: int, epoch: int) -> Generator:
-        """Query, private answer, update — unless the owner drops out or a message is lost."""
-        theta_bar = self.training.query(i, self.env.now, c)
-        yield self.env.timeout(self.net.transmission_time + self.net.latency)  # downlink
-        if self._dropped(i, c, epoch):
-            return
-        answer = self.training.answer(i, theta_bar, self.env.now, c)
-        if answer is None or not (yield from self.uplink(i, c, epoch)) or self._dropped(i, c, epoch):
-            return
-        self._apply(i, c, theta_bar, answer)
 
     def _dropped(self, i: int, c: int, epoch: int) -> bool:
         if self.availability.epoch[i] == epoch and not self.availability.holds[i]:
@@ -235,6 +246,10 @@ class Engine:
     def run(self) -> str:
         """Run until T updates, the horizon, or every owner has retired or left."""
         self.start()
+        return self.advance()
+
+    def advance(self) -> str:
+        """Run the started processes until T updates, the horizon, or no owner is left."""
         until = self.done
         if self.net.horizon is not None:
             until = self.env.any_of([self.done, self.env.timeout(self.net.horizon)])
@@ -259,3 +274,9 @@ def _exponentials(gen: np.random.Generator, scale: float, block: int = 32):
     """
     while True:
         yield from gen.exponential(scale, block).tolist()
+
+
+def _uniforms(gen: np.random.Generator, block: int = 64):
+    """Uniform [0, 1) variates drawn ``block`` at a time: the sequence of one call per variate."""
+    while True:
+        yield from gen.random(block).tolist()
