@@ -71,7 +71,10 @@ class Engine:
         self.departed: set[int] = set()  # owners that will never answer again
         self._names = names
         self._record = training.log.record
-        self._downlink = self.net.transmission_time + self.net.latency  # the query's delivery
+        net = self.net  # settings read at every message, as plain Python values
+        self._sense, self._tau, self._latency = net.carrier_sense, net.transmission_time, net.latency
+        self._loss = net.loss_probability
+        self._downlink = net.transmission_time + net.latency  # the query's delivery
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
@@ -140,30 +143,38 @@ class Engine:
     def uplink(self, i: int, c: int, epoch: int) -> Generator:
         """Send one message from owner i on channel c; True if it reached the learner.
 
-        Only an online owner puts a message on the air: one that went offline while backing
-        off (its ``epoch`` changed) loses the exchange at its next attempt, without transmitting.
-        Runs for every message, so what it reads is bound to locals.
+        Runs for every message, so the settings it reads were bound in ``__init__``.
         """
-        net, channel, env = self.net, self.channels[c], self.env
+        if self._sense and not (yield from self._wait_for_silence(i, c, epoch)):
+            return False
+        channel, env = self.channels[c], self.env
+        ticket = channel.start()
+        yield env.timeout(self._tau)
+        if not channel.finish(ticket):
+            self._record(env.now, "collision", i, None, None, c, None)
+            return False
+        if self._loss and next(self._loss_draws) < self._loss:
+            self._record(env.now, "loss", i, None, None, c, "random")
+            return False
+        if self._latency:
+            yield env.timeout(self._latency)
+        return True
+
+    def _wait_for_silence(self, i: int, c: int, epoch: int) -> Generator:
+        """Carrier sensing: back off while the channel is busy; True once it is free.
+
+        At most ``max_attempts`` looks at the channel. Only an online owner puts a message on
+        the air: one that went offline while backing off (its ``epoch`` changed) loses the
+        exchange at its next attempt, without transmitting.
+        """
+        channel, net = self.channels[c], self.net
         for attempt in range(net.max_attempts):
             if attempt and self._dropped(i, c, epoch):
                 return False
-            if net.carrier_sense and channel.busy:
-                self.emit("backoff", i, c)
-                yield env.timeout(self.channel_rng.exponential(net.backoff))
-                continue
-            ticket = channel.start()
-            yield env.timeout(net.transmission_time)
-            if not channel.finish(ticket):
-                self._record(env.now, "collision", i, None, None, c, None)
-                return False
-            loss = net.loss_probability
-            if loss and next(self._loss_draws) < loss:
-                self._record(env.now, "loss", i, None, None, c, "random")
-                return False
-            if net.latency:
-                yield env.timeout(net.latency)
-            return True
+            if not channel.busy:
+                return True
+            self.emit("backoff", i, c)
+            yield self.env.timeout(self.channel_rng.exponential(net.backoff))
         self.emit("loss", i, c, "channel busy: gave up")
         return False
 
