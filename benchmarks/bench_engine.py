@@ -5,9 +5,21 @@ Run from the repository root:  python benchmarks/bench_engine.py [--quick]
 1. Event rate. The engine on ny_hospitals (request mode, collisions, losses, dropouts) against
    a bare SimPy loop with the same number of processes, each a Poisson clock doing nothing but
    time-outs, in the same run. Both rates count the events SimPy scheduled (its event-id
-   counter), divided by the wall time of env.run, so the engine is charged for all its work per
-   event (channel, learner update, DP answers, event log) and the loop for none.
-   Target: engine ≥ 0.5 × the bare loop's rate.
+   counter), divided by the CPU time of env.run in this process (so that other jobs on a
+   shared machine do not count; processes and random streams are created before the clock
+   starts, in both). Measured in interleaved rounds, best of each, so that a
+   busy machine slows all of them alike. Target: engine ≥ 0.5 × the bare loop's rate.
+   Two engine figures are printed:
+   - everything: the engine charged for all its work per event, including the numerical work
+     of each exchange (query point, the owner's gradient and Laplace draw, the projected
+     updates of Algorithm 1, ψ at the checkpoints) — the original definition;
+   - scheduling layer: the same run with that arithmetic replaced by constants
+     (strip_arithmetic), everything else kept: processes, channels, availability, the
+     exchange protocol and its event-log rows, the privacy ledgers.
+   The arithmetic alone costs about as much as all the SimPy events (about 20 small numpy
+   calls per exchange at ~0.5 µs each, and ny_hospitals has ~10 SimPy events per exchange), so
+   "everything" cannot reach 0.5 even with a free engine; the benchmark prints that ceiling,
+   bare / (bare + arithmetic), measured in the same run.
 2. ny_hospitals, 1,000 exchanges: the simulation (engine + learner; data generation excluded).
    Target: < 1 s.
 3. mobile_devices, 100,000 exchanges (10,000 phones, broadcast mode), as a subprocess:
@@ -53,36 +65,38 @@ def engine_for(path: Path, overrides: list[str]) -> Engine:
     return Engine(scenario, training, consortium.names)
 
 
-class _NoLearning:
-    """Stands in for Training's learning steps, to time what the engine itself costs per event."""
+def strip_arithmetic(training: Training) -> None:
+    """Replace the numerical work of an exchange by constants, keeping everything else.
 
-    def __init__(self, training: Training) -> None:
-        self.training, self.zero = training, np.zeros(training.objective.p)
+    Gone: θ̄ = (θ_L + θ_i)/2, the owner's gradient and Laplace draw, the two projected steps of
+    Algorithm 1, ψ at the checkpoints. Kept: the SimPy processes, channels, availability, the
+    exchange protocol of :class:`Training` (its event-log rows, the sequence, the checkpoints'
+    bookkeeping) and every owner's privacy ledger (so refusals still happen).
+    """
+    learner, zero = training.learner, np.zeros(training.objective.p)
 
-    def query(self, owner, time, channel=None):
-        return self.zero
+    def update(owner, theta_bar, answer):
+        learner.k += 1
 
-    def answer(self, owner, theta, time, channel=None):
-        return self.zero
-
-    def apply(self, owner, theta_bar, answer, time, channel=None):
-        self.training.learner.k += 1
+    learner.query_point, learner.update = (lambda owner: zero), update
+    training.objective.psi = lambda theta: 0.0
+    for owner in training.owners:
+        owner.exact_answer, owner.noise.draw = (lambda theta: zero), (lambda: zero)
 
 
 def engine_rate(updates: int, learning: bool = True) -> tuple[float, float, int, int]:
     """(events/s, seconds, events, processes) of the engine on ny_hospitals.
 
-    With ``learning=False`` the query, DP answer and update are replaced by no-ops (the event
-    log still counts), isolating the scheduling layer from the learner's arithmetic.
+    With ``learning=False`` the arithmetic of each exchange is replaced by constants
+    (:func:`strip_arithmetic`), isolating the scheduling layer from the learner's numpy work.
     """
     engine = engine_for(ROOT / "scenarios" / "ny_hospitals.toml", [f"learner.iterations={updates}"])
     if not learning:
-        stub = _NoLearning(engine.training)
-        engine.training.query, engine.training.answer, engine.training.apply = (
-            stub.query, stub.answer, stub.apply)
-    start = time.perf_counter()
-    engine.run()
-    seconds = time.perf_counter() - start
+        strip_arithmetic(engine.training)
+    engine.start()  # processes and random streams created outside the timing, as in bare_rate
+    start = time.process_time()
+    engine.advance()
+    seconds = time.process_time() - start
     events = next(engine.env._eid)  # SimPy's count of scheduled events
     processes = engine_processes(engine)
     return events / seconds, seconds, events, processes
@@ -106,9 +120,9 @@ def bare_rate(processes: int, events: int) -> float:
 
     for i in range(processes):
         env.process(clock(i))
-    start = time.perf_counter()
+    start = time.process_time()
     env.run()
-    return next(env._eid) / (time.perf_counter() - start)
+    return next(env._eid) / (time.process_time() - start)
 
 
 def ny_simulation(repeats: int) -> float:
@@ -135,23 +149,44 @@ def mobile(exchanges: int) -> tuple[float, float, str]:
     return seconds, peak, done.stdout
 
 
+def event_rates(rounds: int, updates: int = 5_000) -> tuple[dict[str, float], int, int]:
+    """Best events/s over interleaved rounds: the engine, its scheduling layer, the bare loop."""
+    best = {"engine": 0.0, "layer": 0.0, "bare": 0.0}
+    for _ in range(rounds):
+        rate, _, events, processes = engine_rate(updates)
+        best["engine"] = max(best["engine"], rate)
+        best["layer"] = max(best["layer"], engine_rate(updates, learning=False)[0])
+        best["bare"] = max(best["bare"], bare_rate(processes, events))
+    return best, events, processes
+
+
+def print_event_rates(best: dict[str, float], events: int, processes: int, updates: int) -> None:
+    """The three rates, their ratios against the targets, and what the arithmetic costs."""
+    ok = {True: "PASS", False: "FAIL"}
+    seconds = {key: events / rate for key, rate in best.items()}
+    arithmetic = seconds["engine"] - seconds["layer"]
+    print(f"event rate ({processes} processes, {events:,} SimPy events, ny_hospitals request mode, "
+          f"{updates:,} exchanges)")
+    print(f"  bare SimPy              {best['bare']:10,.0f} events/s")
+    for key, label in (("engine", "engine, everything"), ("layer", "engine, scheduling layer")):
+        ratio = best[key] / best["bare"]
+        print(f"  {label:24s}{best[key]:10,.0f} events/s   ratio {ratio:.2f}   target >= 0.5   "
+              f"{ok[ratio >= 0.5]}")
+    print(f"  arithmetic of the exchanges: {arithmetic * 1e3:.0f} ms ({arithmetic / updates * 1e6:.1f} µs "
+          f"per exchange); ceiling of 'everything' with a free engine: bare / (bare + arithmetic) = "
+          f"{seconds['bare'] / (seconds['bare'] + arithmetic):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10,000 mobile exchanges, fewer repeats")
     args = parser.parse_args()
-    rate, seconds, events, processes = engine_rate(5_000)
-    bare = bare_rate(processes, events)
-    schedule_rate = engine_rate(5_000, learning=False)[0]
+    best, events, processes = event_rates(3 if args.quick else 7)
     ny = ny_simulation(2 if args.quick else 5)
     exchanges = 10_000 if args.quick else 100_000
     wall, peak, out = mobile(exchanges)
     ok = {True: "PASS", False: "FAIL"}
-    print(f"event rate ({processes} processes, {events:,} SimPy events, ny_hospitals request mode)")
-    print(f"  engine      {rate:12,.0f} events/s")
-    print(f"  bare SimPy  {bare:12,.0f} events/s")
-    print(f"  ratio       {rate / bare:12.2f}   target >= 0.5   {ok[rate / bare >= 0.5]}")
-    print(f"  engine without the learning work (query, DP answer, update as no-ops): "
-          f"{schedule_rate:,.0f} events/s, ratio {schedule_rate / bare:.2f}")
+    print_event_rates(best, events, processes, 5_000)
     print(f"ny_hospitals, 1,000 exchanges: simulation {ny:.3f} s   target < 1 s   {ok[ny < 1.0]}")
     print(f"mobile_devices, {exchanges:,} exchanges: wall {wall:.1f} s, peak memory {peak:.2f} GiB   "
           f"targets < 60 s, < 1 GiB   {ok[wall < 60 and peak < 1.0]}")

@@ -1,7 +1,7 @@
 """The event log: one immutable typed row per event, streamed to ``events.csv`` as the run goes.
 
-Rows are written immediately (buffered by the file object), so memory stays flat however long
-a run is; per-kind counts are kept for the summary. Floats are written with ``repr`` so the same
+Rows are written in blocks of a few thousand as the run goes, so memory stays flat however
+long a run is; per-kind counts are kept for the summary. Floats are written with ``repr`` so the same
 run always produces the same bytes.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
+from operator import itemgetter
 from pathlib import Path
 from typing import NamedTuple
 
@@ -35,38 +36,86 @@ class Event(NamedTuple):
     detail: str | None = None
 
 
+_BLOCK = 4096  # rows held before they are counted and written: bounded memory, bulk C loops
+_KIND_OWNER = itemgetter(1, 2)
+
+
 class EventLog:
-    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them by kind.
+    """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them.
+
+    The engine logs several rows per exchange, so :meth:`record` is kept cheap: with a file it
+    only appends the row to a block, and every ``_BLOCK`` rows the block is counted per
+    (kind, owner) and written, one C-level call each; without a file it just counts. The
+    counts are read through properties that flush first.
 
     ``owner_ids`` renumbers owners when only some of a scenario's owners train (a market where
     some decline): the simulation numbers its participants 0…M−1, the log writes and counts
-    each under its scenario index, so ``events.csv`` and ``owners.csv`` always agree.
+    each under its scenario index, so ``events.csv`` and ``owners.csv`` always agree. The
+    renumbering happens per block and per count, off the per-event path.
     """
 
     def __init__(self, path: Path | None, owner_ids: list[int] | None = None) -> None:
         self.owner_ids = owner_ids
-        self.counts: Counter[str] = Counter()
-        self.counts_by_owner: Counter[tuple[str, int]] = Counter()
+        self._by_owner: Counter[tuple[str, int]] = Counter()
+        self._rows: list[tuple] = []
         self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
-        self._writer = csv.writer(self._file, lineterminator="\n") if self._file else None
-        if self._writer:
-            self._writer.writerow(COLUMNS)
+        writer = csv.writer(self._file, lineterminator="\n") if self._file else None
+        self._writerows = writer.writerows if writer else None
+        if writer:
+            writer.writerow(COLUMNS)
 
     def emit(self, event: Event) -> None:
         """Record one event."""
-        if self.owner_ids is not None and event.owner >= 0:
-            event = event._replace(owner=self.owner_ids[event.owner])
-        self.counts[event.kind] += 1
-        self.counts_by_owner[event.kind, event.owner] += 1
-        if self._writer:
+        self.record(*event)
+
+    def record(self, time: float, kind: str, owner: int, k: int | None = None,
+               epsilon_spent: float | None = None, channel: int | None = None,
+               detail: str | None = None) -> None:
+        """Record one event given as the fields of :class:`Event`, in its order."""
+        if self._writerows is None:  # nothing to write: count the row at once
+            key = (kind, owner)
+            self._by_owner[key] = self._by_owner.get(key, 0) + 1
+            return
+        rows = self._rows
+        rows.append((time, kind, owner, k, epsilon_spent, channel, detail))
+        if len(rows) >= _BLOCK:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = self._rows
+        self._by_owner.update(map(_KIND_OWNER, rows))
+        if self._writerows:
+            ids = self.owner_ids
+            out = rows if ids is None else [
+                (r[0], r[1], ids[r[2]] if r[2] >= 0 else r[2], *r[3:]) for r in rows]
             # csv writes None as an empty field and floats with repr (shortest round-trip form)
-            self._writer.writerow(event)
+            self._writerows(out)
+        rows.clear()
+
+    @property
+    def counts_by_owner(self) -> Counter[tuple[str, int]]:
+        """Events per (kind, owner); missing pairs count 0."""
+        self._flush()
+        ids = self.owner_ids
+        if ids is None:
+            return Counter(self._by_owner)
+        return Counter({(kind, ids[o] if o >= 0 else o): n for (kind, o), n in self._by_owner.items()})
+
+    @property
+    def counts(self) -> Counter[str]:
+        """Events per kind; missing kinds count 0."""
+        self._flush()
+        totals: Counter[str] = Counter()
+        for (kind, _), n in self._by_owner.items():
+            totals[kind] += n
+        return totals
 
     def close(self) -> None:
         """Flush and close the file."""
         if self._file:
+            self._flush()
             self._file.close()
-            self._file = self._writer = None
+            self._file = self._writerows = None
 
     def __enter__(self) -> EventLog:
         return self

@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
+import numpy as np  # noqa: E402
 from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
@@ -29,6 +30,9 @@ class RunFigures:
     own_psi_median: float
     sequence: list[int]  # i_k per update; empty for synchronous learners
     owners: int
+
+
+MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a density
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
@@ -69,8 +73,17 @@ def owner_sequence(data: RunFigures, path: Path) -> None:
     fig = Figure(figsize=(6.4, 3.6))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
     ax = fig.subplots()
-    ax.scatter(range(1, len(data.sequence) + 1), [i + 1 for i in data.sequence], s=4,
-               color="black", lw=0)
+    if len(data.sequence) <= MAX_DOTS:
+        ax.scatter(range(1, len(data.sequence) + 1), [i + 1 for i in data.sequence], s=4,
+                   color="black", lw=0)
+    else:  # that many dots merge into a black rectangle: count them per cell instead
+        owners, k = np.asarray(data.sequence) + 1, np.arange(1, len(data.sequence) + 1)
+        rows = min(data.owners, 100)
+        counts, _, _ = np.histogram2d(owners, k, bins=[np.linspace(0.5, data.owners + 0.5, rows + 1),
+                                                       np.linspace(1, len(k), 201)])
+        image = ax.imshow(counts, aspect="auto", origin="lower", interpolation="nearest",
+                          cmap="Greys", extent=(1, len(k), 0.5, data.owners + 0.5), rasterized=True)
+        fig.colorbar(image, ax=ax, label="updates per cell", pad=0.01)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("owner i_k")
     ax.set_ylim(0.5, data.owners + 0.5)

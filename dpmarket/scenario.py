@@ -489,6 +489,9 @@ def _check_network(s: Scenario, fail) -> None:
     if net.mode == "broadcast" and net.transmission_time + net.latency >= net.broadcast_interval:
         fail("network.broadcast_interval", net.broadcast_interval,
              "must exceed transmission_time + latency, so that slots do not overlap")
+    if net.mode == "broadcast" and net.carrier_sense:  # responders all start at the slot boundary
+        fail("network.carrier_sense", True, "only in request mode: a slot's responders all start at "
+             "once, so none can hear another (and backing off would stretch the slot past Δ)")
     if s.learner.algorithm != "async" and not ideal:
         fail("learner.algorithm", s.learner.algorithm, "the network engine drives the async learner only")
 

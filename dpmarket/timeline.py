@@ -4,8 +4,9 @@ Everything is computed from the run directory (``events.csv``, ``owners.csv``, `
 ``scenario.toml``) with vectorised pandas, so a run of millions of events is summarised in
 seconds. The picture draws one lane per owner up to :data:`MAX_LANES` selected owners
 (exchanges as dots, collisions as red crosses, offline periods as grey bars); beyond that,
-lanes would be unreadable, so it switches to heat maps of exchanges and of time offline per
-owner and time bin, which stay legible for 10,000 owners.
+lanes would be unreadable, so it switches to heat maps of exchanges, collisions and the share
+of time offline per time bin and per group of consecutive owners (at most 100 rows: owners are
+binned, never subsampled), which stay legible for 10,000 owners.
 """
 
 from __future__ import annotations

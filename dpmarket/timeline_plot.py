@@ -10,18 +10,30 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from dpmarket.timeline import MAX_LANES, Run, offline_intervals  # noqa: E402
 
+MAX_GROUPS = 100  # heat-map rows: more owners are grouped, so that every owner counts
+MAX_DOTS = 5_000  # beyond this many updates the i_k-against-k picture becomes a density
+
 
 def draw(run: Run, selected: np.ndarray, t0: float, t1: float, path: str) -> None:
-    """Top: what each selected owner did in [t0, t1]; bottom: the owner of each update k."""
-    fig = Figure(figsize=(8.0, 7.0))
-    fig.subplots_adjust(left=0.17, right=0.97, bottom=0.08, top=0.93, hspace=0.35)
-    top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [2, 1]})
+    """What each selected owner did in [t0, t1], and the owner of each update k.
+
+    Up to MAX_LANES owners: one lane each over the i_k scatter. Beyond that, a 2 x 2 grid of
+    heat maps over groups of consecutive owners (exchanges, collisions, share offline, and
+    the owner of each update), binned rather than subsampled, so 10,000 owners stay legible.
+    """
     window = run.events[(run.events["time"] >= t0) & (run.events["time"] <= t1)]
     if len(selected) <= MAX_LANES:
+        fig = Figure(figsize=(8.0, 7.0))
+        fig.subplots_adjust(left=0.17, right=0.97, bottom=0.08, top=0.93, hspace=0.35)
+        top, bottom = fig.subplots(2, 1, gridspec_kw={"height_ratios": [2, 1]})
         _lanes(top, run, window, selected, t0, t1)
+        _sequence(fig, bottom, window, selected)
     else:
-        _heat_maps(fig, top, run, window, selected, t0, t1)
-    _sequence(bottom, window)
+        fig = Figure(figsize=(12.0, 8.0))
+        fig.subplots_adjust(left=0.07, right=0.97, bottom=0.07, top=0.91, hspace=0.35, wspace=0.25)
+        axes = fig.subplots(2, 2)
+        _heat_maps(fig, axes, run, window, selected, t0, t1)
+        _sequence(fig, axes[1, 1], window, selected)
     fig.suptitle(f"{run.path.name}: {len(selected)} owners, t in [{t0:.4g}, {t1:.4g}]", fontsize=10)
     fig.savefig(path, format="png", dpi=100, metadata={"Software": None})
 
@@ -43,41 +55,73 @@ def _lanes(ax, run: Run, window, selected: np.ndarray, t0: float, t1: float) -> 
     ax.set_title("exchanges (dots), collisions (x), offline (grey), one lane per owner", fontsize=9)
 
 
-def _heat_maps(fig, ax, run: Run, window, selected: np.ndarray, t0: float, t1: float) -> None:
+def _groups(selected: np.ndarray, owners: int) -> tuple[np.ndarray, int, str]:
+    """Each owner's heat-map row (-1 if unselected), the number of rows, and the axis label."""
+    rows = min(len(selected), MAX_GROUPS)
+    row_of = np.full(owners, -1)
+    row_of[selected] = np.arange(len(selected)) * rows // len(selected)
+    size = len(selected) / rows
+    label = "owner (position in selection)" if rows == len(selected) else \
+        f"owner group (~{size:.0f} consecutive owners each)"
+    return row_of, rows, label
+
+
+def _image(fig, ax, values: np.ndarray, t0: float, t1: float, cmap: str, title: str, label: str,
+           ylabel: str) -> None:
+    image = ax.imshow(values, aspect="auto", origin="lower", interpolation="nearest", cmap=cmap,
+                      extent=(t0, t1, -0.5, len(values) - 0.5), rasterized=True)
+    fig.colorbar(image, ax=ax, label=label, pad=0.01)
+    ax.set(xlabel="simulated time", ylabel=ylabel)
+    ax.set_title(title, fontsize=9)
+
+
+def _heat_maps(fig, axes, run: Run, window, selected: np.ndarray, t0: float, t1: float) -> None:
+    """Exchanges, collisions and share of time offline per owner group and time bin."""
     bins = np.linspace(t0, t1, 101)
-    rows = window[(window["kind"] == "update") & window["owner"].isin(selected)]
-    position = np.full(len(run.owners), -1)
-    position[selected] = np.arange(len(selected))
-    counts, _, _ = np.histogram2d(position[rows["owner"]], rows["time"],
-                                  bins=[np.arange(len(selected) + 1) - 0.5, bins])
-    image = ax.imshow(counts, aspect="auto", origin="lower", interpolation="nearest", cmap="Greys",
-                      extent=(t0, t1, -0.5, len(selected) - 0.5), rasterized=True)
-    fig.colorbar(image, ax=ax, label="exchanges per bin", pad=0.01)
-    offline = _offline_at_centres(run, position, len(selected), bins)
-    ax.imshow(np.ma.masked_equal(offline, 0), aspect="auto", origin="lower", interpolation="nearest",
-              cmap="Reds", vmin=0, vmax=2, alpha=0.6, extent=(t0, t1, -0.5, len(selected) - 0.5),
-              rasterized=True)
-    ax.set_ylabel("owner (position in selection)")
-    ax.set_xlabel("simulated time")
-    ax.set_title(f"exchanges per owner and time bin (grey), offline (red); {len(selected)} owners "
-                 "are too many for lanes", fontsize=9)
+    row_of, rows, ylabel = _groups(selected, len(run.owners))
+    edges = [np.arange(rows + 1) - 0.5, bins]
+    for ax, kind, cmap in ((axes[0, 0], "update", "Greys"), (axes[0, 1], "collision", "Reds")):
+        mine = window[window["kind"] == kind]
+        mine = mine[row_of[mine["owner"].clip(lower=0)] >= 0] if len(mine) else mine
+        counts, _, _ = np.histogram2d(row_of[mine["owner"]], mine["time"], bins=edges)
+        name = "exchanges" if kind == "update" else "collisions"
+        _image(fig, ax, counts, t0, t1, cmap, f"{name} per owner group and time bin", f"{name} per bin",
+               ylabel)
+    offline = _offline_at_centres(run, row_of, rows, bins)
+    _image(fig, axes[1, 0], offline, t0, t1, "Blues", "share of the group offline (at bin centres)",
+           "share offline", ylabel)
+    axes[1, 0].images[0].set_clim(0, 1)
 
 
-def _offline_at_centres(run: Run, position: np.ndarray, rows: int, bins: np.ndarray) -> np.ndarray:
-    """1 where an owner is offline at a bin's centre: a difference array over the spans, O(spans)."""
+def _offline_at_centres(run: Run, row_of: np.ndarray, rows: int, bins: np.ndarray) -> np.ndarray:
+    """Share of each row's owners offline at each bin's centre: a difference array, O(spans)."""
     centres = 0.5 * (bins[:-1] + bins[1:])
     spans = offline_intervals(run.events, run.end)
-    spans = spans[position[spans["owner"]] >= 0]
+    spans = spans[row_of[spans["owner"]] >= 0]
     diff = np.zeros((rows, len(centres) + 1))
-    row = position[spans["owner"]]
+    row = row_of[spans["owner"]]
     np.add.at(diff, (row, np.searchsorted(centres, spans["start"])), 1)
     np.add.at(diff, (row, np.searchsorted(centres, spans["stop"])), -1)
-    return (np.cumsum(diff, axis=1)[:, :-1] > 0).astype(float)
+    members = np.bincount(row_of[row_of >= 0], minlength=rows)
+    return np.cumsum(diff, axis=1)[:, :-1] / members[:, None]
 
 
-def _sequence(ax, window) -> None:
+def _sequence(fig, ax, window, selected: np.ndarray) -> None:
+    """The papers' Figures 4 and 9: i_k against k, as dots or, for many updates, a density."""
     updates = window[window["kind"] == "update"]
-    ax.scatter(updates["k"], updates["owner"] + 1, s=3, color="black", lw=0)
+    title = "owner of each update (the papers' Figures 4 and 9)"
+    if len(updates) <= MAX_DOTS:
+        ax.scatter(updates["k"], updates["owner"] + 1, s=3, color="black", lw=0)
+    else:
+        k0, k1 = float(updates["k"].min()), float(updates["k"].max())
+        top = int(updates["owner"].max()) + 1
+        counts, _, _ = np.histogram2d(updates["owner"] + 1, updates["k"],
+                                      bins=[np.linspace(0.5, top + 0.5, min(top, MAX_GROUPS) + 1),
+                                            np.linspace(k0, k1, 201)])
+        image = ax.imshow(counts, aspect="auto", origin="lower", interpolation="nearest",
+                          cmap="Greys", extent=(k0, k1, 0.5, top + 0.5), rasterized=True)
+        fig.colorbar(image, ax=ax, label="updates per cell", pad=0.01)
+        title += f": {len(updates):,} updates, counted per cell"
     ax.set_xlabel("iteration k")
     ax.set_ylabel("owner i_k")
-    ax.set_title("owner of each update (the papers' Figures 4 and 9)", fontsize=9)
+    ax.set_title(title, fontsize=9)

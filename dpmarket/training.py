@@ -46,8 +46,9 @@ class Training:
                  objective: Objective, log: EventLog, record_at: np.ndarray, progress=None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
         self.progress = progress  # anything with update(n), e.g. a tqdm bar
-        self.record_at = np.zeros(int(record_at.max()) + 1, dtype=bool)
-        self.record_at[record_at] = True
+        flags = np.zeros(int(record_at.max()) + 1, dtype=bool)
+        flags[record_at] = True
+        self.record_at = flags.tolist()  # read after every update: a list is cheaper to index
         self.metrics = Metrics()
         self.stop_reason = ""
         self.sequence: list[int] = []  # i_k, the owner of the k-th update (papers' Figs 4 and 9)
@@ -71,7 +72,7 @@ class Training:
     def query(self, owner: int, time: float, channel: int | None = None) -> np.ndarray:
         """The learner sends owner i its query point θ̄ (logged); the engine times delivery."""
         self.time = time
-        self.log.emit(Event(time, "query", owner, channel=channel))
+        self.log.record(time, "query", owner, None, None, channel)
         return self.learner.query_point(owner)
 
     def answer(self, owner: int, theta: np.ndarray, time: float,
@@ -84,9 +85,10 @@ class Training:
               channel: int | None = None) -> None:
         """The learner applies a delivered answer: the k-th update of Algorithm 1 (logged)."""
         self.time = time
-        self.learner.update(owner, theta_bar, answer)
+        learner = self.learner
+        learner.update(owner, theta_bar, answer)
         self.sequence.append(owner)
-        self.log.emit(Event(time, "update", owner, self.k, channel=channel))
+        self.log.record(time, "update", owner, learner.k, None, channel)
         self._measure()
         if self.progress is not None:
             self.progress.update(1)
@@ -113,14 +115,13 @@ class Training:
         who = self.owners[owner]
         answer = who.respond(theta)
         if answer is None:
-            self.log.emit(Event(time, "refusal", owner, None, who.epsilon_spent, channel,
-                                "budget spent"))
+            self.log.record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
         else:
-            self.log.emit(Event(time, "response", owner, None, who.epsilon_spent, channel))
+            self.log.record(time, "response", owner, None, who.epsilon_spent, channel)
         return answer
 
     def _measure(self) -> None:
-        k = self.k
+        k = self.learner.k
         if k < len(self.record_at) and self.record_at[k]:
             self.metrics.add(k, self.time, self.objective.psi(self.learner.model))
 

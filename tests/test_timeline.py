@@ -102,3 +102,24 @@ def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
         assert main(args) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("dpmarket: error:")
+
+
+def test_heat_maps_group_owners_instead_of_dropping_some(tmp_path):
+    """300 owners → 100 rows of 3 consecutive owners; a row's offline share averages its owners."""
+    from dpmarket import timeline_plot
+
+    n = 300
+    pd.DataFrame({"time": [0.0, 0.0, 5.0, 10.0], "kind": ["dropout", "dropout", "reconnect", "update"],
+                  "owner": [4, 5, 5, 0], "k": [None, None, None, 1.0], "epsilon_spent": None,
+                  "channel": 0, "detail": ""}).to_csv(tmp_path / "events.csv", index=False)
+    pd.DataFrame({"owner": range(n), "name": [f"o{i}" for i in range(n)], "epsilon": 1.0}).to_csv(
+        tmp_path / "owners.csv", index=False)
+    (tmp_path / "scenario.toml").write_text('name = "many"\n')
+    run = load_run(tmp_path)
+    row_of, rows, label = timeline_plot._groups(np.arange(n), n)
+    assert rows == 100 and row_of.tolist() == [i // 3 for i in range(n)] and "~3" in label
+    share = timeline_plot._offline_at_centres(run, row_of, rows, np.linspace(0.0, 10.0, 101))
+    assert np.allclose(share[1], [2 / 3] * 50 + [1 / 3] * 50)  # owners 3, 4, 5
+    assert not share[np.arange(rows) != 1].any()
+    report(tmp_path)  # the 2 x 2 picture draws
+    assert (tmp_path / "timeline.png").stat().st_size > 1000

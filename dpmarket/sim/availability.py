@@ -23,8 +23,9 @@ class Availability:
     def __init__(self, env: simpy.Environment, owners: int,
                  on_change: Callable[[int, bool], None], on_gone: Callable[[int], None]) -> None:
         self.env = env
-        self.holds = np.zeros(owners, dtype=np.int64)  # sources holding each owner offline
-        self.epoch = np.zeros(owners, dtype=np.int64)  # bumped at every dropout
+        # Python lists, not arrays: the engine reads them at every tick and message
+        self.holds = [0] * owners  # sources holding each owner offline
+        self.epoch = [0] * owners  # bumped at every dropout
         self.offline_time = np.zeros(owners)
         self._since = np.zeros(owners)
         self._on_change = on_change

@@ -16,7 +16,7 @@ class Channel:
 
     def __init__(self, env: simpy.Environment, index: int, collisions: bool = True) -> None:
         self.env, self.index, self.collisions = env, index, collisions
-        self._active: dict[int, list[bool]] = {}
+        self._active: dict[int, bool] = {}  # transmissions on the air → overlapped yet?
         self._next_id = 0
         self._busy_since = 0.0
         self.transmissions = 0
@@ -32,22 +32,38 @@ class Channel:
         """Occupy the channel for ``duration``; True if no other transmission overlapped it."""
         if duration < 0:
             raise ValueError(f"Negative transmission time {duration}")
-        ident, collided = self._next_id, [False]
-        self._next_id += 1
-        if self._active and self.collisions:
-            collided[0] = True
-            for other in self._active.values():
-                other[0] = True
-        if not self._active:
-            self._busy_since = self.env.now
-        self._active[ident] = collided
-        self.transmissions += 1
+        ticket = self.start()
         yield self.env.timeout(duration)
-        del self._active[ident]
-        if not self._active:
+        return self.finish(ticket)
+
+    def start(self) -> int:
+        """A transmission goes on the air now; returns the ticket :meth:`finish` needs.
+
+        :meth:`transmit` in two halves, for callers that time the transmission themselves
+        (the engine, which saves a generator per message that way).
+        """
+        active, ident = self._active, self._next_id
+        self._next_id = ident + 1
+        collided = False
+        if active:
+            if self.collisions:  # everything on the air now overlaps the newcomer
+                collided = True
+                for other in active:
+                    active[other] = True
+        else:
+            self._busy_since = self.env.now
+        active[ident] = collided
+        self.transmissions += 1
+        return ident
+
+    def finish(self, ticket: int) -> bool:
+        """The transmission ``ticket`` leaves the air now; True if nothing overlapped it."""
+        active = self._active
+        collided = active.pop(ticket)
+        if not active:
             self.busy_time += self.env.now - self._busy_since
-        self.collided += collided[0]
-        return not collided[0]
+        self.collided += collided
+        return not collided
 
     def utilisation(self, horizon: float) -> float:
         """Fraction of [0, horizon] the channel carried at least one transmission."""

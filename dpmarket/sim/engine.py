@@ -8,8 +8,12 @@ on each channel; each online owner whose clock has ticked since its last answer 
 exactly one response is an exchange, two or more collide and are all lost, none is an idle
 slot. Every uplink message occupies its channel for ``transmission_time`` and overlapping
 messages are lost (pure ALOHA); a message may also be lost at random, and arrives after
-``latency``. An owner going offline during its exchange loses the exchange. An answer that
-was transmitted has been released, so its ε is spent even if the message is then lost.
+``latency``. With carrier sensing (request mode only) an owner that hears a busy channel
+backs off before each new attempt. An owner going offline during its exchange loses the
+exchange, at the engine's next check: when the query arrives, when the answer arrives, or, if
+it is backing off, at its next attempt — an offline owner puts nothing on the air; a message
+already on the air completes. ε is charged when the owner computes its answer, so an answer
+that is then lost (or never sent) is still spent.
 
 With one channel exchanges never overlap, so the learner applies Algorithm 1 exactly; with
 several, an update uses the query point computed when its exchange began.
@@ -24,7 +28,6 @@ import numpy as np
 import simpy
 
 from dpmarket import rng as streams
-from dpmarket.events import Event
 from dpmarket.scenario import Scenario
 from dpmarket.sim import availability as avail
 from dpmarket.sim.channel import Channel
@@ -52,24 +55,35 @@ class Engine:
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
         self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
+        self._channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
         self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone)
-        self.in_exchange = np.zeros(N, dtype=bool)
-        self.learner_busy = np.zeros(self.net.channels, dtype=bool)
+        # per-owner and per-channel flags as Python lists: read at every tick and message
+        self.in_exchange = [False] * N
+        self.learner_busy = [False] * self.net.channels
         self.ready: list[set[int]] = [set() for _ in range(self.net.channels)]
         self.channel_rng = streams.stream(scenario.seed, "channel")
+        # Without carrier sensing the channel stream only decides random losses, so its
+        # uniforms can be drawn in blocks (the same sequence); back-offs interleave other draws.
+        self._loss_draws = (_uniforms(self.channel_rng) if not self.net.carrier_sense
+                            else iter(self.channel_rng.random, None))
         self.done = self.env.event()
         self.departed: set[int] = set()  # owners that will never answer again
         self._names = names
+        self._record = training.log.record
+        net = self.net  # settings read at every message, as plain Python values
+        self._sense, self._tau, self._latency = net.carrier_sense, net.transmission_time, net.latency
+        self._loss = net.loss_probability
+        self._downlink = net.transmission_time + net.latency  # the query's delivery
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
-        self.training.log.emit(Event(self.env.now, kind, owner, None, None, channel, detail))
+        self._record(self.env.now, kind, owner, None, None, channel, detail)
 
     def _availability_changed(self, owner: int, online: bool) -> None:
-        self.emit("reconnect" if online else "dropout", owner, int(self.channel_of[owner]))
+        self.emit("reconnect" if online else "dropout", owner, self._channel[owner])
         if not online:
-            self.ready[self.channel_of[owner]].discard(owner)
+            self.ready[self._channel[owner]].discard(owner)
 
     # -- processes -----------------------------------------------------------------------
     def start(self) -> None:
@@ -97,23 +111,28 @@ class Engine:
             self.env.process(avail.windows(self.availability, i, spans))
 
     def clock(self, i: int, gen: np.random.Generator) -> Generator:
-        """Owner i's Poisson clock; what a tick does depends on the access mode."""
-        owner, c = self.training.owners[i], int(self.channel_of[i])
-        while True:
-            yield self.env.timeout(gen.exponential(1.0 / self.rates[i]))
-            self.emit("tick", i, c)
-            if not self.availability.online(i) or self.in_exchange[i]:
+        """Owner i's Poisson clock; what a tick does depends on the access mode.
+
+        This loop runs at every tick of every owner, so what it reads is bound to locals.
+        """
+        owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self._record
+        timeout, holds, busy = env.timeout, self.availability.holds, self.in_exchange
+        broadcast = self.net.mode == "broadcast"
+        for wait in _exponentials(gen, 1.0 / self.rates[i]):
+            yield timeout(wait)
+            record(env.now, "tick", i, None, None, c, None)
+            if holds[i] or busy[i]:
                 continue
             if owner.exhausted:
-                self.training.log.emit(Event(self.env.now, "refusal", i, None, owner.epsilon_spent, c,
-                                             "budget spent: stops taking part"))
+                record(env.now, "refusal", i, None, owner.epsilon_spent, c,
+                       "budget spent: stops taking part")
                 self._depart(i, "budgets exhausted")
                 return
-            if self.net.mode == "broadcast":
+            if broadcast:
                 self.ready[c].add(i)
             else:
-                self.in_exchange[i] = True
-                self.env.process(self.request(i, c))
+                busy[i] = True
+                env.process(self.request(i, c))
 
     def _depart(self, owner: int, reason: str) -> None:
         """Owner i will never answer again (budget spent, or its trace ended)."""
@@ -121,57 +140,77 @@ class Engine:
         if len(self.departed) == self.N and not self.done.triggered:
             self.done.succeed(reason)
 
-    def uplink(self, i: int, c: int) -> Generator:
-        """Send one message from owner i on channel c; True if it reached the learner."""
-        net, channel = self.net, self.channels[c]
-        for _ in range(net.max_attempts):
-            if net.carrier_sense and channel.busy:
-                self.emit("backoff", i, c)
-                yield self.env.timeout(self.channel_rng.exponential(net.backoff))
-                continue
-            if not (yield from channel.transmit(net.transmission_time)):
-                self.emit("collision", i, c)
+    def uplink(self, i: int, c: int, epoch: int) -> Generator:
+        """Send one message from owner i on channel c; True if it reached the learner.
+
+        Runs for every message, so the settings it reads were bound in ``__init__``.
+        """
+        if self._sense and not (yield from self._wait_for_silence(i, c, epoch)):
+            return False
+        channel, env = self.channels[c], self.env
+        ticket = channel.start()
+        yield env.timeout(self._tau)
+        if not channel.finish(ticket):
+            self._record(env.now, "collision", i, None, None, c, None)
+            return False
+        if self._loss and next(self._loss_draws) < self._loss:
+            self._record(env.now, "loss", i, None, None, c, "random")
+            return False
+        if self._latency:
+            yield env.timeout(self._latency)
+        return True
+
+    def _wait_for_silence(self, i: int, c: int, epoch: int) -> Generator:
+        """Carrier sensing: back off while the channel is busy; True once it is free.
+
+        At most ``max_attempts`` looks at the channel. Only an online owner puts a message on
+        the air: one that went offline while backing off (its ``epoch`` changed) loses the
+        exchange at its next attempt, without transmitting.
+        """
+        channel, net = self.channels[c], self.net
+        for attempt in range(net.max_attempts):
+            if attempt and self._dropped(i, c, epoch):
                 return False
-            if net.loss_probability and self.channel_rng.random() < net.loss_probability:
-                self.emit("loss", i, c, "random")
-                return False
-            if net.latency:
-                yield self.env.timeout(net.latency)
-            return True
+            if not channel.busy:
+                return True
+            self.emit("backoff", i, c)
+            yield self.env.timeout(self.channel_rng.exponential(net.backoff))
         self.emit("loss", i, c, "channel busy: gave up")
         return False
 
     def request(self, i: int, c: int) -> Generator:
-        """Request mode: owner i asks for an exchange; the learner serves it if it can."""
+        """Request mode: owner i asks for an exchange; the learner serves it if it can.
+
+        The exchange is query (downlink), private answer (uplink), update — unless the owner
+        drops out or a message is lost on the way.
+        """
+        env, training, busy = self.env, self.training, self.learner_busy
         epoch = self.availability.epoch[i]
-        self.emit("request", i, c)
+        self._record(env.now, "request", i, None, None, c, None)
         try:
-            if not (yield from self.uplink(i, c)):
+            if not (yield from self.uplink(i, c, epoch)):
                 return
-            if self.learner_busy[c]:
-                self.emit("loss", i, c, "learner busy")
+            if busy[c]:
+                self._record(env.now, "loss", i, None, None, c, "learner busy")
                 return
-            self.learner_busy[c] = True
+            busy[c] = True
             try:
-                yield from self.exchange(i, c, epoch)
+                theta_bar = training.query(i, env.now, c)
+                yield env.timeout(self._downlink)
+                if self._dropped(i, c, epoch):
+                    return
+                answer = training.answer(i, theta_bar, env.now, c)
+                if answer is None or not (yield from self.uplink(i, c, epoch)):
+                    return
+                if not self._dropped(i, c, epoch):
+                    self._apply(i, c, theta_bar, answer)
             finally:
-                self.learner_busy[c] = False
+                busy[c] = False
         finally:
             self.in_exchange[i] = False
 
-    def exchange(self, i: int, c: int, epoch: int) -> Generator:
-        """Query, private answer, update — unless the owner drops out or a message is lost."""
-        theta_bar = self.training.query(i, self.env.now, c)
-        yield self.env.timeout(self.net.transmission_time + self.net.latency)  # downlink
-        if self._dropped(i, c, epoch):
-            return
-        answer = self.training.answer(i, theta_bar, self.env.now, c)
-        if answer is None or not (yield from self.uplink(i, c)) or self._dropped(i, c, epoch):
-            return
-        self._apply(i, c, theta_bar, answer)
-
     def _dropped(self, i: int, c: int, epoch: int) -> bool:
-        if self.availability.epoch[i] == epoch and self.availability.online(i):
+        if self.availability.epoch[i] == epoch and not self.availability.holds[i]:
             return False
         self.emit("loss", i, c, "owner went offline")
         return True
@@ -203,7 +242,7 @@ class Engine:
         points = {i: self.training.query(i, self.env.now, c) for i in responders}
         answers = {i: self.training.answer(i, points[i], self.env.now, c) for i in responders}
         senders = [i for i in responders if answers[i] is not None]
-        results = [self.env.process(self.uplink(i, c)) for i in senders]
+        results = [self.env.process(self.uplink(i, c, epochs[i])) for i in senders]
         if results:
             yield self.env.all_of(results)
         # With collisions on, only a lone sender gets through; with them off, every delivered
@@ -218,6 +257,10 @@ class Engine:
     def run(self) -> str:
         """Run until T updates, the horizon, or every owner has retired or left."""
         self.start()
+        return self.advance()
+
+    def advance(self) -> str:
+        """Run the started processes until T updates, the horizon, or no owner is left."""
         until = self.done
         if self.net.horizon is not None:
             until = self.env.any_of([self.done, self.env.timeout(self.net.horizon)])
@@ -232,3 +275,19 @@ def run_network(scenario: Scenario, training: Training, names: list[str]) -> Net
     training.finish()
     downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])
     return NetworkRun(reason, engine.channels, downtime, engine.rates, engine.channel_of)
+
+
+def _exponentials(gen: np.random.Generator, scale: float, block: int = 32):
+    """Exponential(scale) variates, drawn ``block`` at a time.
+
+    numpy draws a block's variates one after another, so the sequence is exactly that of
+    one call per variate, at a fraction of the per-call cost.
+    """
+    while True:
+        yield from gen.exponential(scale, block).tolist()
+
+
+def _uniforms(gen: np.random.Generator, block: int = 64):
+    """Uniform [0, 1) variates drawn ``block`` at a time: the sequence of one call per variate."""
+    while True:
+        yield from gen.random(block).tolist()
