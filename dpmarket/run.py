@@ -74,20 +74,41 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
     return owners
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The data stage of a scenario, reusable by runs that differ only outside ``[data]`` and
+    ``[model]`` (replications share it: same records, θ*, own-data baselines)."""
+
+    consortium: Consortium
+    objective: Objective
+    own_psi: np.ndarray
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Build the owners' data, the objective with its θ*, and the own-data ψ(θ_i*)."""
+    consortium = build_consortium(scenario)
+    m = scenario.model
+    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    return Prepared(consortium, objective, objective.psis(objective.own_data_models()))
+
+
 def execute(scenario: Scenario, events_path: Path | None = None,
-            on_data: Callable[[Consortium], None] | None = None, progress: bool = False) -> RunResult:
+            on_data: Callable[[Consortium], None] | None = None, progress: bool = False,
+            prepared: Prepared | None = None) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
     start drawing the topology while the simulation runs). ``progress`` shows a bar with an
-    ETA on stderr when stderr is a terminal.
+    ETA on stderr when stderr is a terminal. ``prepared`` (from :func:`prepare` on a scenario
+    with the same data and model) skips the data stage: experiments reuse it across replications.
     """
     start = time.perf_counter()
-    consortium = build_consortium(scenario)
+    consortium = build_consortium(scenario) if prepared is None else prepared.consortium
     if on_data is not None:
         on_data(consortium)
     m = scenario.model
-    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    objective = (Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+                 if prepared is None else prepared.objective)
     owners = build_owners(scenario, consortium, objective)
     lr = scenario.learner
     learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
@@ -97,7 +118,8 @@ def execute(scenario: Scenario, events_path: Path | None = None,
                             record_points(lr.iterations, scenario.output.metric_points), bar)
         network = simulate(scenario, training, consortium.names)
     reason = network.stop_reason if network else training.stop_reason
-    own_psi = objective.psis(objective.own_data_models())
+    own_psi = (objective.psis(objective.own_data_models()) if prepared is None
+               else prepared.own_psi)
     curvature = step_curvature(learner, objective) if isinstance(learner, AsyncLearner) else None
     return RunResult(scenario, consortium, objective, owners, training, reason, own_psi,
                      time.perf_counter() - start, curvature, network)
