@@ -25,7 +25,7 @@ from dpmarket.experiment.executors import ExecutorError
 from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
 from dpmarket.experiment.store import ExperimentDirectoryError
 from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
-from dpmarket.experiment.task import Task, run_task
+from dpmarket.experiment.task import Task, data_key, run_task
 from dpmarket.market.forecast import calibrate
 from dpmarket.run import execute
 
@@ -329,3 +329,12 @@ def test_replicated_run_files_follow_the_contract(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["replications"] == 3 and summary["data_seed"] == 3
     assert "3 replications" in capsys.readouterr().out
+
+
+def test_cells_share_cached_data_only_when_the_data_stage_reads_the_same_keys():
+    p = plan(grid=["privacy.epsilon=1,10", "learner.rho=1,2", "data.shift=0,0.5"], replications=1)
+    keys = {c.values: data_key(c.scenario) for c in p.cells}
+    assert len(set(keys.values())) == 2  # only data.shift changes the records
+    assert keys[(1, 1, 0)] == keys[(10, 2, 0)] != keys[(1, 1, 0.5)]
+    other = plan(grid=["model.regularization=1e-5,1e-3", "privacy.epsilon=1"], replications=1)
+    assert data_key(other.cells[0].scenario) != data_key(other.cells[1].scenario)  # θ* changes

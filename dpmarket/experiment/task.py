@@ -9,16 +9,21 @@ share one dataset, which each worker builds once and keeps (:func:`prepared_for`
 
 from __future__ import annotations
 
+import json
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from dpmarket.run import Prepared, execute, prepare
 from dpmarket.scenario import Scenario
 
-# Each worker keeps the data of the last few cells it ran: tasks arrive in cell order, so a
-# cell's replications almost always find their data here instead of rebuilding it.
+# Each worker keeps the data of the last few datasets it used: tasks arrive in cell order, so a
+# cell's replications (and the next cells, when only ε or the network changes) find their data
+# here instead of rebuilding it. Raw records (logistic, hinge, clipping) are bounded in total.
 _CACHE: OrderedDict[str, Prepared] = OrderedDict()
-CACHE_CELLS = 2
+CACHE_DATASETS = 8
+CACHE_RECORDS = 2_000_000
+_LOCK = threading.Lock()  # Dask may run several tasks of one worker in threads
 
 
 @dataclass(frozen=True)
@@ -32,16 +37,36 @@ class Task:
     keep_metrics: bool  # the ψ-against-k series (replicated runs draw bands from it)
 
 
+def data_key(scenario: Scenario) -> str:
+    """Everything the data stage reads (records, θ*, own-data ψ): equal keys, equal data.
+
+    The owners' data depend on ``[data]`` (with the pinned data seed), the per-owner tables
+    (sizes, shifts, names), the model (loss, intercept; θ* also λ and θmax) and whether records
+    are kept for clipping — not on ε, the learner or the network.
+    """
+    dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
+    dump["sensitivity"] = scenario.privacy.sensitivity
+    dump["data_seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    return json.dumps(dump, sort_keys=True)
+
+
+def _kept_records(prepared: Prepared) -> int:
+    return sum(o.n for o in prepared.consortium.owners if o.Z is not None)
+
+
 def prepared_for(scenario: Scenario) -> Prepared:
-    """The data stage of ``scenario``, built once per worker and cell (keyed by the whole cell)."""
-    key = scenario.to_toml()
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        return _CACHE[key]
+    """The data stage of ``scenario``, built once per worker and dataset (see :func:`data_key`)."""
+    key = data_key(scenario)
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
     prepared = prepare(scenario)
-    _CACHE[key] = prepared
-    while len(_CACHE) > CACHE_CELLS:
-        _CACHE.popitem(last=False)
+    with _LOCK:
+        _CACHE[key] = prepared
+        while len(_CACHE) > 1 and (len(_CACHE) > CACHE_DATASETS or
+                                   sum(map(_kept_records, _CACHE.values())) > CACHE_RECORDS):
+            _CACHE.popitem(last=False)
     return prepared
 
 
