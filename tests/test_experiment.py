@@ -338,3 +338,15 @@ def test_cells_share_cached_data_only_when_the_data_stage_reads_the_same_keys():
     assert keys[(1, 1, 0)] == keys[(10, 2, 0)] != keys[(1, 1, 0.5)]
     other = plan(grid=["model.regularization=1e-5,1e-3", "privacy.epsilon=1"], replications=1)
     assert data_key(other.cells[0].scenario) != data_key(other.cells[1].scenario)  # θ* changes
+
+
+def dying_task(task):
+    """A task whose worker process dies before any result exists."""
+    os._exit(1)
+
+
+def test_a_failure_before_any_result_leaves_no_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "run_task", dying_task)
+    with pytest.raises(ExecutorError):
+        run_sweep(plan(replications=1), tmp_path / "out", Execution("process", 1))
+    assert not (tmp_path / "out").exists()

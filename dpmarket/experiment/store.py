@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -116,3 +117,8 @@ class Store:
             raise CorruptTaskError(f"{path}: seed {record.get('seed')} is not this experiment's "
                                    f"{seed}; remove the file or choose another --out")
         return record
+
+    def remove_if_empty(self) -> None:
+        """Remove the directory if no replication was saved in it (nothing worth keeping)."""
+        if not any(self.tasks.glob("*.json")):
+            shutil.rmtree(self.directory, ignore_errors=True)

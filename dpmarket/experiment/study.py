@@ -99,15 +99,21 @@ class Execution:
 def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> tuple[list[list[dict]], int]:
     """Run what is not saved yet, saving each replication as its task finishes; every record by cell."""
     store = Store(out, plan.identity())
+    created = not out.exists()
     store.open()
     tasks, done = pending_tasks(plan, store, how.worker_count, keep_metrics)
-    with _bar(len(plan.cells) * plan.replications, done, plan.kind, how.progress) as bar:
-        def on_done(task: Task, records: list[dict]) -> None:
-            for record in records:
-                store.save(record)
-            bar.update(len(records))
+    try:
+        with _bar(len(plan.cells) * plan.replications, done, plan.kind, how.progress) as bar:
+            def on_done(task: Task, records: list[dict]) -> None:
+                for record in records:
+                    store.save(record)
+                bar.update(len(records))
 
-        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+    except BaseException:
+        if created:
+            store.remove_if_empty()  # a failure before any result leaves no directory behind
+        raise
     by_cell = [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
     return by_cell, done
 
