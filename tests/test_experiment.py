@@ -64,9 +64,11 @@ def test_malformed_grid_options_are_scenario_errors(text):
         parse_axis(text)
 
 
-def test_a_key_swept_twice_is_refused():
+def test_a_key_swept_twice_or_the_run_seed_is_refused():
     with pytest.raises(ScenarioError, match="two --grid"):
         parse_grid(["privacy.epsilon=1", "privacy.epsilon=2"])
+    with pytest.raises(ScenarioError, match="sweep data.seed"):
+        parse_grid(["seed=1,2"])
 
 
 def test_cells_are_the_product_in_grid_order_with_the_data_seed_pinned():
@@ -140,7 +142,7 @@ def test_replications_share_data_and_each_equals_a_plain_run_with_its_seed():
 def dask_address():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
-                                  dashboard_address=None) as cluster:
+                                  dashboard_address=None, scheduler_kwargs=executors.NO_DASHBOARD) as cluster:
         yield cluster.scheduler_address
 
 

@@ -20,6 +20,9 @@ from dpmarket.experiment.task import Task, run_task
 
 EXECUTORS = ("serial", "process", "dask")
 OnDone = Callable[[Task, list[dict]], None]
+# No dashboard, and the scheduler's HTTP endpoint on a free port rather than 8787 (which another
+# cluster on the machine may hold).
+NO_DASHBOARD = {"dashboard": False, "dashboard_address": ":0"}
 
 
 class ExecutorError(DPMarketError):
@@ -100,21 +103,28 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
     try:
         if scheduler is None:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR)
+                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   scheduler_kwargs=NO_DASHBOARD)
         client = Client(cluster if cluster is not None else scheduler, timeout="20s")
     except OSError as exc:
         raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    futures = {client.submit(run_task, t, pure=False): t for t in tasks}
     try:
-        futures = {client.submit(run_task, t, pure=False): t for t in tasks}
         failure = None
         for future in as_completed(list(futures)):
             if future.status == "finished":
-                on_done(futures[future], future.result())
+                on_done(futures.pop(future), future.result())
             elif failure is None:
                 failure = future.exception()
         if failure is not None:
             raise ExecutorError(f"a task failed on the Dask cluster ({failure}); every finished task "
                                 f"is saved, re-run the same command to resume")
+    except KeyboardInterrupt:
+        client.cancel([f for f in futures if f.status == "pending"])
+        for future, task in list(futures.items()):  # results that arrived but were not handed over
+            if future.status == "finished":
+                on_done(task, future.result())
+        raise
     finally:
         client.close()
         if cluster is not None:

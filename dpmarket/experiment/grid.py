@@ -76,6 +76,9 @@ def parse_grid(texts: list[str]) -> list[Axis]:
     axes = [parse_axis(t) for t in texts]
     seen: set[str] = set()
     for axis in axes:
+        if axis.key == "seed":
+            raise ScenarioError("--grid", "seed", _MISSING, "replication seeds come from the run seed "
+                                "(--seed); sweep data.seed to vary the data")
         if axis.key in seen:
             raise ScenarioError("--grid", axis.key, _MISSING, "key given in two --grid options")
         seen.add(axis.key)
