@@ -178,6 +178,7 @@ def killing_task(task):
     return run_task(task)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
 def test_a_killed_worker_loses_no_finished_task(tmp_path, monkeypatch):
     p = plan(replications=4)
     monkeypatch.setattr(executors, "run_task", killing_task)
@@ -347,6 +348,7 @@ def dying_task(task):
     os._exit(1)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
 def test_a_failure_before_any_result_leaves_no_directory(tmp_path, monkeypatch):
     monkeypatch.setattr(executors, "run_task", dying_task)
     with pytest.raises(ExecutorError):
