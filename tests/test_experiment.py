@@ -354,3 +354,18 @@ def test_a_failure_before_any_result_leaves_no_directory(tmp_path, monkeypatch):
     with pytest.raises(ExecutorError):
         run_sweep(plan(replications=1), tmp_path / "out", Execution("process", 1))
     assert not (tmp_path / "out").exists()
+
+
+def failing_task(task):
+    """A task with a bug (or a user error found while running) in cell 1."""
+    if task.cell == 1:
+        raise ScenarioError("t.toml", "network.availability", "x.csv", "no such file")
+    return run_task(task)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
+def test_an_error_inside_a_task_reaches_the_caller_as_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "run_task", failing_task)
+    with pytest.raises(ScenarioError, match="network.availability"):
+        run_sweep(plan(replications=2), tmp_path / "out", Execution("process", 2))
+    assert len(list((tmp_path / "out" / "tasks").glob("*.json"))) == 3 * 2  # the other cells' work

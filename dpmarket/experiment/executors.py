@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 
 from dpmarket.errors import DPMarketError
 from dpmarket.experiment.task import Task, run_task
@@ -87,9 +88,11 @@ def _drain(futures: dict[Future, Task], on_done: OnDone) -> None:
                 futures[future] = None  # delivered
             elif failure is None:
                 failure = future.exception()
+    if isinstance(failure, BrokenProcessPool):
+        raise ExecutorError("a worker process died; every finished task is saved, re-run the same "
+                            "command to resume") from failure
     if failure is not None:
-        raise ExecutorError(f"a task failed ({type(failure).__name__}: {failure}); every finished "
-                            f"task is saved, re-run the same command to resume") from failure
+        raise failure  # a bug, or a user error found while running: as it would be in serial
 
 
 def _deliver_finished(futures: dict[Future, Task | None], on_done: OnDone) -> None:
@@ -124,9 +127,11 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
                 on_done(futures.pop(future), future.result())
             elif failure is None:
                 failure = future.exception()
-        if failure is not None:
-            raise ExecutorError(f"a task failed on the Dask cluster ({failure}); every finished task "
+        if failure is not None and type(failure).__name__ == "KilledWorker":
+            raise ExecutorError(f"Dask workers died running a task ({failure}); every finished task "
                                 f"is saved, re-run the same command to resume")
+        if failure is not None:
+            raise failure
     except KeyboardInterrupt:
         client.cancel([f for f in futures if f.status == "pending"])
         for future, task in list(futures.items()):  # results that arrived but were not handed over
