@@ -369,3 +369,17 @@ def test_an_error_inside_a_task_reaches_the_caller_as_itself(tmp_path, monkeypat
     with pytest.raises(ScenarioError, match="network.availability"):
         run_sweep(plan(replications=2), tmp_path / "out", Execution("process", 2))
     assert len(list((tmp_path / "out" / "tasks").glob("*.json"))) == 3 * 2  # the other cells' work
+
+
+def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
+    path = tmp_path / "s.toml"
+    path.write_text(tiny().to_toml())
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--replications", "2",
+                 "--scheduler", dask_address, "--out", str(out), "--quiet"]) == 0
+    assert f"the Dask cluster at {dask_address}" in capsys.readouterr().out
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["executor"] == "dask" and meta["workers"] is None and meta["replications"] == 2
+    reference = make_plan("sweep", tiny(), ["privacy.epsilon=1,10"], 2, str(path))
+    run_sweep(reference, tmp_path / "serial", Execution("serial"))
+    assert files(out) == files(tmp_path / "serial")

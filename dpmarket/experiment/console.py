@@ -31,7 +31,7 @@ def sweep_text(out: Path, meta: dict, figures: list[Path] | None) -> str:
         f"sweep         {meta['scenario']}: {meta['cells']} cells x {meta['replications']} replications "
         f"(seed {meta['seed']}, data seed {meta['data_seed']}; {meta['reused_replications']} reused)",
         *lines, fit_line, _figures_line(figures),
-        f"time          {meta['wall_seconds']:.2f} s wall on {meta['executor']} x {meta['workers']}",
+        f"time          {meta['wall_seconds']:.2f} s wall on {_where(meta)}",
         f"written to    {out}"])
 
 
@@ -47,7 +47,7 @@ def replications_text(out: Path, s: dict, figures: list[Path] | None) -> str:
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
         f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",
         _figures_line(figures),
-        f"time          {s['wall_seconds']:.2f} s wall on {s['executor']} x {s['workers']}",
+        f"time          {s['wall_seconds']:.2f} s wall on {_where(s)}",
         f"written to    {out}"])
 
 
@@ -55,3 +55,9 @@ def _figures_line(figures: list[Path] | None) -> str:
     if figures is None:
         return "figures       none: dpmarket.sweep_plots is not part of this build (CSV and JSON only)"
     return f"figures       {', '.join(p.name for p in figures) or 'none'}"
+
+
+def _where(meta: dict) -> str:
+    if meta["scheduler"]:
+        return f"the Dask cluster at {meta['scheduler']}"
+    return f"{meta['executor']} x {meta['workers']}"

@@ -173,7 +173,8 @@ def _meta(plan: Plan, how: Execution, reused: int) -> dict:
             "data_seed": plan.cells[0].scenario.data.seed, "replications": plan.replications,
             "seeds": "dpmarket.rng.replication_seeds(seed, replications), the same for every cell",
             "grid": [{"key": a.key, "values": list(a.values)} for a in plan.axes],
-            "cells": len(plan.cells), "executor": how.executor, "workers": how.worker_count,
+            "cells": len(plan.cells), "executor": how.executor,
+            "workers": None if how.scheduler else how.worker_count,  # a given cluster has its own
             "scheduler": how.scheduler, "reused_replications": reused}
 
 
