@@ -50,6 +50,12 @@ def data_key(scenario: Scenario) -> str:
     return json.dumps(dump, sort_keys=True)
 
 
+def clear_cache() -> None:
+    """Forget every cached dataset (benchmarks time cold starts with it)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
 def _kept_records(prepared: Prepared) -> int:
     return sum(o.n for o in prepared.consortium.owners if o.Z is not None)
 
