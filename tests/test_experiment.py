@@ -249,7 +249,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     path = tmp_path / "slow.toml"
     path.write_text(SLOW)
     args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", "privacy.epsilon=1,10",
-            "--replications", "24", "--executor", "process", "--workers", "2", "--quiet"]
+            "--replications", "64", "--executor", "process", "--workers", "2", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
@@ -262,7 +262,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     assert err.strip().splitlines() == [f"dpmarket: interrupted; finished replications are saved in "
                                         f"{out}: re-run the same command to resume"]
     saved = list((out / "tasks").glob("*.json"))
-    assert 0 < len(saved) < 48 and not list(out.rglob(".*.tmp")) and not (out / "sweep.csv").exists()
+    assert 0 < len(saved) < 128 and not list(out.rglob(".*.tmp")) and not (out / "sweep.csv").exists()
     for f in saved:
         json.loads(f.read_text())
     done = subprocess.run([*args, "--out", str(out)], capture_output=True, text=True, env=env,
@@ -270,7 +270,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     assert done.returncode == 0, done.stderr
     clean = make_plan("sweep", tiny(name="slowish", seed=9, learner={"iterations": 1500},
                                     output={"metric_points": 5, "plots": False}),
-                      ["privacy.epsilon=1,10"], 24, "t")
+                      ["privacy.epsilon=1,10"], 64, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")
     assert json.loads((out / "sweep.json").read_text())["reused_replications"] >= len(saved)
