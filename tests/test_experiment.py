@@ -23,7 +23,7 @@ from dpmarket.errors import ScenarioError
 from dpmarket.experiment import executors
 from dpmarket.experiment.executors import ExecutorError
 from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
-from dpmarket.experiment.store import ExperimentDirectoryError
+from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
 from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
 from dpmarket.experiment.task import Task, data_key, run_task
 from dpmarket.market.forecast import calibrate
@@ -383,3 +383,14 @@ def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
     reference = make_plan("sweep", tiny(), ["privacy.epsilon=1,10"], 2, str(path))
     run_sweep(reference, tmp_path / "serial", Execution("serial"))
     assert files(out) == files(tmp_path / "serial")
+
+
+def test_ctrl_c_during_a_save_is_held_until_the_file_is_in_place(tmp_path):
+    def write(temp: Path) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # arrives between creating and moving the file
+        temp.write_text("whole")
+
+    with pytest.raises(KeyboardInterrupt):
+        write_atomic(tmp_path / "f.json", write)
+    assert (tmp_path / "f.json").read_text() == "whole" and not list(tmp_path.glob(".*"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -17,8 +17,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +39,35 @@ class CorruptTaskError(DPMarketError):
     """A saved replication that does not belong to the experiment it sits in."""
 
 
+@contextmanager
+def held_interrupt() -> Iterator[None]:
+    """Hold Ctrl-C until the block is over (then raise it), so that it cannot land between
+    creating a temporary file and moving or removing it. Only the main thread receives signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+        if received:
+            raise KeyboardInterrupt
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(temp)`` on a hidden temporary file beside ``path``, then move it into place."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        write(Path(temp))
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    with held_interrupt():
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            write(Path(temp))
+            os.replace(temp, path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
