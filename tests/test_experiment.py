@@ -394,3 +394,14 @@ def test_ctrl_c_during_a_save_is_held_until_the_file_is_in_place(tmp_path):
         write_atomic(tmp_path / "f.json", write)
     assert (tmp_path / "f.json").read_text() == "whole" and not list(tmp_path.glob(".*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_user_errors_cross_process_boundaries_intact():
+    import pickle
+
+    from dpmarket.errors import _MISSING, BudgetExhaustedError
+
+    for err in (ScenarioError("a.toml", "x.y", _MISSING, "bad"), ScenarioError("a.toml", "x", 3, "bad"),
+                BudgetExhaustedError(1, 0.5, 0.1, 0.55), ExperimentDirectoryError("d: other")):
+        back = pickle.loads(pickle.dumps(err))
+        assert type(back) is type(err) and str(back) == str(err)
