@@ -46,7 +46,8 @@ def best_of(repeats: int, work) -> float:
 def settle_costs(repeats: int) -> None:
     s = load(ROOT / "scenarios/ny_hospitals.toml", ["market.offer_epsilon=10", "market.budget=800",
                                                      "market.price_per_record=1e-5"])
-    consortium, objective = run.prepare(s)
+    prepared = run.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
     reference = best_of(repeats, lambda: run.train(s, consortium, objective))
     sellers = sellers_of(s, consortium, objective)
     from dpmarket.market.forecast import Forecast
@@ -69,7 +70,8 @@ def comparison_cost(replications: int) -> None:
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         wall = time.perf_counter() - start
     s = load(path)
-    consortium, objective = run.prepare(s)
+    prepared = run.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
     N = len(consortium.owners)
     runs = len(POLICIES) * replications
     start = time.perf_counter()

@@ -19,6 +19,20 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_set(run)
+    run.add_argument("--replications", type=int, metavar="R",
+                     help="run R independent replications (seeds derived from the run seed)")
+    _add_executor(run)
+    sweep = sub.add_parser("sweep", help="run a grid of scenarios, each replicated, into sweep.csv")
+    sweep.add_argument("scenario", type=Path)
+    sweep.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
+                       help="a swept scenario key and its values (repeatable: the grid is the product)")
+    sweep.add_argument("--replications", type=int, default=1, metavar="R",
+                       help="replications per cell (default 1)")
+    sweep.add_argument("--out", type=Path, help="directory (default outputs/NAME-sweep-KEYS-seedSEED)")
+    sweep.add_argument("--seed", type=int, help="override the scenario's seed")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    _add_set(sweep)
+    _add_executor(sweep)
     check = sub.add_parser("validate", help="check a scenario file and print it resolved")
     check.add_argument("scenario", type=Path)
     check.add_argument("--quiet", action="store_true", help="print nothing when valid")
@@ -55,6 +69,13 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
                         metavar="KEY=VALUE", help="override a scenario key (repeatable)")
 
 
+def _add_executor(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--executor", choices=("serial", "process", "dask"),
+                        help="where replications run (default process; dask when --scheduler is given)")
+    parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: the cores)")
+    parser.add_argument("--scheduler", metavar="ADDRESS", help="an existing Dask scheduler to use")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m dpmarket`` and the ``dpmarket`` script."""
     args = _parser().parse_args(argv)
@@ -67,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             return _forecast(args)
         if args.command == "market":
             return _market(args)
+        if args.command == "sweep" or args.replications is not None:
+            return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
         print(f"dpmarket: error: {exc}", file=sys.stderr)
@@ -131,4 +154,21 @@ def _market(args: argparse.Namespace) -> int:
     out = args.out or Path("outputs") / f"{scenario.name}-market"
     rows = compare.write(compare.compare(scenario, policies, args.replications), out)
     print(compare.table(rows, out))
+    return 0
+
+
+def _experiment(args: argparse.Namespace) -> int:
+    """``run --replications R`` and ``sweep``: resumable, saved replication by replication."""
+    from dpmarket.experiment import command
+
+    sweep = args.command == "sweep"
+    job = command.Job(args.scenario, _load(args), args.grid if sweep else [], args.replications,
+                      args.out, args.executor, args.workers, args.scheduler, not args.quiet)
+    plan, out, how = command.plan(job)
+    try:
+        print(command.run(plan, out, how))
+    except KeyboardInterrupt:
+        print(f"dpmarket: interrupted; finished replications are saved in {out}: "
+              f"re-run the same command to resume", file=sys.stderr)
+        return 130
     return 0

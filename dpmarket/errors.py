@@ -26,10 +26,17 @@ class ScenarioError(DPMarketError):
         shown = "" if value is _MISSING else f" = {value!r}"
         super().__init__(f"{where}{shown}: {reason}")
 
+    def __reduce__(self):
+        # Rebuilt from its fields, so that it crosses a process boundary (experiment workers).
+        return (type(self), (self.source, self.key, self.value, self.reason))
+
 
 class _Missing:
     def __repr__(self) -> str:
         return "<missing>"
+
+    def __reduce__(self) -> str:
+        return "_MISSING"  # unpickles as the one sentinel, so ``value is _MISSING`` still holds
 
 
 _MISSING: Any = _Missing()
@@ -48,6 +55,9 @@ class BudgetExhaustedError(DPMarketError):
             f"owner {owner}: charge {charge!r} on top of {spent!r} would exceed budget {budget!r}"
         )
 
+    def __reduce__(self):
+        return (type(self), (self.owner, self.spent, self.charge, self.budget))
+
 
 class DataError(DPMarketError):
     """A data file that cannot be turned into owners as the scenario asks.
@@ -60,6 +70,9 @@ class DataError(DPMarketError):
         self.path, self.column, self.reason = path, column, reason
         where = f"{path}: column {column!r}" if column else path
         super().__init__(f"{where}: {reason}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.column, self.reason))
 
 
 class MarketError(DPMarketError):

@@ -85,6 +85,24 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
     return owners
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """The data stage of a scenario, reusable by runs that differ only outside ``[data]`` and
+    ``[model]`` (replications share it: same records, θ*, own-data baselines)."""
+
+    consortium: Consortium
+    objective: Objective
+    own_psi: np.ndarray
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Build the owners' data, the objective with its θ*, and the own-data ψ(θ_i*)."""
+    consortium = build_consortium(scenario)
+    m = scenario.model
+    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    return Prepared(consortium, objective, objective.psis(objective.own_data_models()))
+
+
 @dataclass
 class Trained:
     """What training the participants produced (one pass of the simulation)."""
@@ -93,13 +111,6 @@ class Trained:
     training: Training
     network: NetworkRun | None
     curvature: float | None
-
-
-def prepare(scenario: Scenario) -> tuple[Consortium, Objective]:
-    """The data stage: every owner's records, and f over the whole consortium (ψ's reference)."""
-    consortium = build_consortium(scenario)
-    m = scenario.model
-    return consortium, Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
 
 
 def train(scenario: Scenario, consortium: Consortium, objective: Objective,
@@ -146,16 +157,20 @@ def member_view(scenario: Scenario, members: list[int], names: list[str]) -> Sce
 
 
 def execute(scenario: Scenario, events_path: Path | None = None,
-            on_data: Callable[[Consortium], None] | None = None, progress: bool = False) -> RunResult:
+            on_data: Callable[[Consortium], None] | None = None, progress: bool = False,
+            prepared: Prepared | None = None) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
     start drawing the topology while the simulation runs). ``progress`` shows a bar with an
     ETA on stderr when stderr is a terminal. With a [market] section the market runs first
-    and only the owners that take part train, at the ε they sold.
+    and only the owners that take part train, at the ε they sold. ``prepared`` (from
+    :func:`prepare` on a scenario with the same data and model) skips the data stage:
+    experiments reuse it across replications.
     """
     start = time.perf_counter()
-    consortium, objective = prepare(scenario)
+    prepared = prepare(scenario) if prepared is None else prepared
+    consortium, objective = prepared.consortium, prepared.objective
     if on_data is not None:
         on_data(consortium)
     market = members = epsilons = None
@@ -166,9 +181,8 @@ def execute(scenario: Scenario, events_path: Path | None = None,
         members, epsilons = market.outcome.members, market.outcome.epsilon
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
-    own_psi = objective.psis(objective.own_data_models())
-    return RunResult(scenario, consortium, objective, run.owners, run.training, reason, own_psi,
-                     time.perf_counter() - start, run.curvature, run.network, market)
+    return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
+                     prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market)
 
 
 def _bar(total: int, enabled: bool):

@@ -84,7 +84,8 @@ def test_calibration_recovers_a_floor_and_both_constants():
 def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
     s = market_scenario(forecast=None, pilots={"levels": 3, "subsets": 2, "replications": 2,
                                                 "epsilon_low": 1.0, "epsilon_high": 50.0})
-    consortium, objective = run.prepare(s)
+    prepared = run.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
     first, source = calibration.resolve(s, consortium, objective, tmp_path)
     assert source.startswith("calibrated") and first.points == 3 * 2  # replications averaged
     assert np.isfinite(first.r2) and first.c0 + first.c1 + first.c2 > 0
@@ -154,7 +155,8 @@ def test_a_market_nobody_joins_is_a_clear_error():
 # --- common random numbers -------------------------------------------------------------------------
 
 def standard_noise(scenario, members, eps, draws: int = 30) -> dict[int, np.ndarray]:
-    consortium, objective = run.prepare(scenario)
+    prepared = run.prepare(scenario)
+    consortium, objective = prepared.consortium, prepared.objective
     owners = run.build_owners(scenario, consortium, objective, np.asarray(members), np.asarray(eps))
     return {o.index: np.array([o.noise.draw() / o.scale for _ in range(draws)]) for o in owners}
 

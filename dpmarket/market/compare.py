@@ -82,7 +82,8 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
 
     data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
-    consortium, objective = prepare(base)
+    prepared = prepare(base)
+    consortium, objective = prepared.consortium, prepared.objective
     forecast, source = calibration.resolve(base, consortium, objective, cache)
     sellers = sellers_of(base, consortium, objective)
     seeds = replication_seeds(base, replications)

@@ -26,7 +26,8 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
     has_market = scenario.market is not None
     if not has_market:  # defaults for the pilots; no policy is run
         scenario = scenario.model_copy(update={"market": Market.model_construct(**_defaults())})
-    consortium, objective = prepare(scenario)
+    prepared = prepare(scenario)
+    consortium, objective = prepared.consortium, prepared.objective
     forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate)
     N = len(consortium.owners)
     if has_market:
@@ -37,7 +38,7 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
         eps = np.array([scenario.owner_value(i, "epsilon") for i in range(N)], dtype=float)
         members, terms = np.ones(N, bool), "every owner at its scenario budget (no [market])"
     psi = float(coalition_psi(forecast, eps, consortium.sizes, members)[0])
-    own = objective.psis(objective.own_data_models())
+    own = prepared.own_psi
     f = forecast
     lines = [f"scenario      {scenario.name} (seed {scenario.seed}): {N} owners, "
              f"{int(consortium.sizes.sum()):,} records",

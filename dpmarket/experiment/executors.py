@@ -1,0 +1,144 @@
+"""Executors: where an experiment's tasks run — this process, a process pool, or a Dask cluster.
+
+Every executor calls the same pure :func:`~dpmarket.experiment.task.run_task`, so a seed gives
+the same records whatever runs them; only speed differs. Results are handed to ``on_done`` in
+the parent as each task finishes (the parent saves them at once), in completion order; the
+parent sorts them before writing any table. A failure (a killed worker, Ctrl-C) never drops a
+finished result: every task that completed is delivered before the error is raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+
+from dpmarket.errors import DPMarketError
+from dpmarket.experiment.task import Task, run_task
+
+EXECUTORS = ("serial", "process", "dask")
+OnDone = Callable[[Task, list[dict]], None]
+# No dashboard, and the scheduler's HTTP endpoint on a free port rather than 8787 (which another
+# cluster on the machine may hold).
+NO_DASHBOARD = {"dashboard": False, "dashboard_address": ":0"}
+
+
+class ExecutorError(DPMarketError):
+    """Tasks that could not run (a worker died, a cluster is unreachable); finished ones are saved."""
+
+
+def default_workers() -> int:
+    """The cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", workers: int = 1,
+              scheduler: str | None = None) -> None:
+    """Run ``tasks`` on ``executor`` and hand each task's records to ``on_done`` as it finishes."""
+    if executor == "serial":
+        for task in tasks:
+            on_done(task, run_task(task))
+    elif executor == "process":
+        _run_pool(tasks, on_done, workers)
+    elif executor == "dask":
+        _run_dask(tasks, on_done, workers, scheduler)
+    else:
+        raise ExecutorError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+
+
+def _quiet_worker() -> None:
+    """Workers ignore Ctrl-C: the parent alone decides, so a keypress never kills a half task."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _run_pool(tasks: list[Task], on_done: OnDone, workers: int) -> None:
+    """A ProcessPoolExecutor of ``workers`` processes; on Ctrl-C, queued tasks are cancelled and
+    the running ones finish and are saved before the interrupt goes on."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker, mp_context=_context())
+    futures = {pool.submit(run_task, t): t for t in tasks}
+    try:
+        _drain(futures, on_done)
+    except KeyboardInterrupt:
+        pool.shutdown(wait=True, cancel_futures=True)
+        _deliver_finished(futures, on_done)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Fork on Linux: workers start with dpmarket already imported (no second of imports per
+    worker; Python 3.14 would default to forkserver). Elsewhere the platform's safe default."""
+    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+
+
+def _drain(futures: dict[Future, Task], on_done: OnDone) -> None:
+    """Deliver results as they come; after a failure keep delivering the others, then raise."""
+    pending, failure = set(futures), None
+    while pending:
+        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        for future in sorted(finished, key=lambda f: futures[f].cell):
+            if future.exception() is None:
+                on_done(futures[future], future.result())
+                futures[future] = None  # delivered
+            elif failure is None:
+                failure = future.exception()
+    if isinstance(failure, BrokenProcessPool):
+        raise ExecutorError("a worker process died; every finished task is saved, re-run the same "
+                            "command to resume") from failure
+    if failure is not None:
+        raise failure  # a bug, or a user error found while running: as it would be in serial
+
+
+def _deliver_finished(futures: dict[Future, Task | None], on_done: OnDone) -> None:
+    """After an interrupt: hand over the tasks that completed but were not delivered yet."""
+    for future, task in futures.items():
+        if task is not None and future.done() and not future.cancelled() and future.exception() is None:
+            on_done(task, future.result())
+            futures[future] = None
+
+
+def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None) -> None:
+    """A dask.distributed client: on the cluster at ``scheduler``, else on a LocalCluster of
+    ``workers`` single-threaded processes. Dask re-runs the tasks of a killed worker elsewhere."""
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError:
+        raise ExecutorError("--executor dask needs dask.distributed: pip install 'dpmarket[dask]'") from None
+    cluster = None
+    try:
+        if scheduler is None:
+            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   scheduler_kwargs=NO_DASHBOARD)
+        client = Client(cluster if cluster is not None else scheduler, timeout="20s")
+    except OSError as exc:
+        raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    futures = {client.submit(run_task, t, pure=False): t for t in tasks}
+    try:
+        failure = None
+        for future in as_completed(list(futures)):
+            if future.status == "finished":
+                on_done(futures.pop(future), future.result())
+            elif failure is None:
+                failure = future.exception()
+        if failure is not None and type(failure).__name__ == "KilledWorker":
+            raise ExecutorError(f"Dask workers died running a task ({failure}); every finished task "
+                                f"is saved, re-run the same command to resume")
+        if failure is not None:
+            raise failure
+    except KeyboardInterrupt:
+        client.cancel([f for f in futures if f.status == "pending"])
+        for future, task in list(futures.items()):  # results that arrived but were not handed over
+            if future.status == "finished":
+                on_done(task, future.result())
+        raise
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,185 @@
+"""Replicated runs and sweeps, end to end: plan → tasks on an executor → saved records → tables.
+
+A :class:`Plan` is everything that defines the results (base scenario, grid cells, number of
+replications, their seeds); the executor and worker count only change the speed. Replication r
+of every cell uses the r-th seed of :func:`dpmarket.rng.replication_seeds` (run seed, R): the
+cells are compared on common random numbers, and adding replications later reuses the first
+ones (the r-th seed does not depend on R).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dpmarket import rng
+from dpmarket.errors import _MISSING, ScenarioError
+from dpmarket.experiment import tables
+from dpmarket.experiment.executors import default_workers, run_tasks
+from dpmarket.experiment.grid import Axis, Cell, parse_grid, resolve_cells
+from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
+from dpmarket.experiment.task import Task
+from dpmarket.results import _write_csv
+from dpmarket.scenario import Scenario
+
+MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What an experiment computes: kind, base scenario, grid axes and cells, R and the seeds."""
+
+    kind: str  # "sweep" or "replications"
+    base: Scenario
+    axes: list[Axis]
+    cells: list[Cell]
+    seeds: list[int]
+
+    @property
+    def replications(self) -> int:
+        """R, the replications per cell."""
+        return len(self.seeds)
+
+    def identity(self) -> dict:
+        """What must match for a directory to be resumed (R may grow: seeds do not depend on it)."""
+        return {"kind": self.kind, "scenario": self.base.model_dump(mode="json", exclude_none=True),
+                "grid": [{"key": a.key, "values": list(a.texts)} for a in self.axes]}
+
+
+def make_plan(kind: str, base: Scenario, grid: list[str], replications: int, source: str) -> Plan:
+    """Resolve and validate every cell up front (a bad grid value fails before any work)."""
+    if replications < 1:
+        raise ScenarioError("--replications", "", _MISSING, f"must be at least 1, got {replications}")
+    axes = parse_grid(grid)
+    return Plan(kind, base, axes, resolve_cells(base, axes, source),
+                rng.replication_seeds(base.seed, replications))
+
+
+def chunk_size(todo: int, workers: int) -> int:
+    """Replications per task: about four tasks per worker, at most :data:`MAX_CHUNK`."""
+    return max(1, min(MAX_CHUNK, math.ceil(todo / (4 * max(1, workers)))))
+
+
+def pending_tasks(plan: Plan, store: Store, workers: int, keep_metrics: bool) -> tuple[list[Task], int]:
+    """Tasks for the replications not saved yet, in cell order, and how many were already done."""
+    todo: list[list[int]] = []
+    for cell in plan.cells:
+        todo.append([r for r, s in enumerate(plan.seeds) if store.load(cell.index, r, s) is None])
+    size = chunk_size(sum(map(len, todo)), workers)
+    tasks = []
+    for cell, reps in zip(plan.cells, todo, strict=True):
+        for start in range(0, len(reps), size):
+            part = tuple(reps[start:start + size])
+            tasks.append(Task(cell.index, cell.scenario, part,
+                              tuple(plan.seeds[r] for r in part), keep_metrics))
+    return tasks, len(plan.cells) * plan.replications - sum(map(len, todo))
+
+
+@dataclass(frozen=True)
+class Execution:
+    """How to run the tasks: executor, workers, Dask scheduler address, progress bar."""
+
+    executor: str = "serial"
+    workers: int | None = None
+    scheduler: str | None = None
+    progress: bool = False
+
+    @property
+    def worker_count(self) -> int:
+        """Workers to use: 1 in serial, else as given or the machine's cores."""
+        if self.executor == "serial":
+            return 1
+        return self.workers if self.workers is not None else default_workers()
+
+
+def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> tuple[list[list[dict]], int]:
+    """Run what is not saved yet, saving each replication as its task finishes; every record by cell."""
+    store = Store(out, plan.identity())
+    created = not out.exists()
+    store.open()
+    tasks, done = pending_tasks(plan, store, how.worker_count, keep_metrics)
+    try:
+        with _bar(len(plan.cells) * plan.replications, done, plan.kind, how.progress) as bar:
+            def on_done(task: Task, records: list[dict]) -> None:
+                for record in records:
+                    store.save(record)
+                bar.update(len(records))
+
+            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+    except BaseException:
+        if created:
+            store.remove_if_empty()  # a failure before any result leaves no directory behind
+        raise
+    by_cell = [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+    return by_cell, done
+
+
+def _bar(total: int, done: int, kind: str, enabled: bool):
+    """tqdm bar with ETA on stderr over replications (off when not a terminal or ``--quiet``)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=done, unit="run", desc=kind, file=sys.stderr, leave=False,
+                mininterval=0.5, disable=None if enabled else True)
+
+
+def write_csv(path: Path, header: tuple, rows) -> None:
+    """A CSV table (floats by repr, as every dpmarket table), written atomically."""
+    write_atomic(path, lambda temp: _write_csv(temp, header, rows))
+
+
+def write_json(path: Path, data: dict) -> None:
+    """A JSON document, written atomically."""
+    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:
+    """Run a sweep into ``out``: sweep.csv, sweep_owners.csv, sweep.json; returns sweep.json."""
+    start = time.perf_counter()
+    by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
+    rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
+    head, owner_head = tables.sweep_header(plan.axes)
+    write_csv(out / "sweep.csv", head, rows)
+    write_csv(out / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
+    meta = {**_meta(plan, how, reused),
+            "forecast": fit.to_dict() if fit else {"error": why},
+            "wall_seconds": round(time.perf_counter() - start, 3)}
+    write_json(out / "sweep.json", meta)
+    return meta
+
+
+def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
+    """A replicated run into ``out``: metrics.csv, replications.csv, owners.csv, summary.json."""
+    start = time.perf_counter()
+    (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
+    write_text_atomic(out / "scenario.toml", plan.cells[0].scenario.to_toml())
+    write_csv(out / "metrics.csv", ("replication", "k", "time", "psi"), tables.metric_rows(records))
+    write_csv(out / "replications.csv", tables.REPLICATION_COLUMNS, tables.replication_rows(records))
+    write_csv(out / "owners.csv", ("owner", "name", "records", "epsilon", "own_psi", "benefit_share"),
+              tables.owner_rows(records))
+    summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
+               "stop_reasons": _count(r["stop_reason"] for r in records),
+               "wall_seconds": round(time.perf_counter() - start, 3)}
+    write_json(out / "summary.json", summary)
+    return summary
+
+
+def _meta(plan: Plan, how: Execution, reused: int) -> dict:
+    """What every experiment's JSON says about how it was made."""
+    return {"scenario": plan.base.name, "kind": plan.kind, "seed": plan.base.seed,
+            "data_seed": plan.cells[0].scenario.data.seed, "replications": plan.replications,
+            "seeds": "dpmarket.rng.replication_seeds(seed, replications), the same for every cell",
+            "grid": [{"key": a.key, "values": list(a.values)} for a in plan.axes],
+            "cells": len(plan.cells), "executor": how.executor,
+            "workers": None if how.scheduler else how.worker_count,  # a given cluster has its own
+            "scheduler": how.scheduler, "reused_replications": reused}
+
+
+def _count(items) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item] = counts.get(item, 0) + 1
+    return counts

@@ -1,0 +1,120 @@
+"""The aggregate tables of an experiment, computed from the saved per-replication records.
+
+Everything here is a pure function of the records sorted by (cell, replication), so the
+tables are byte-identical whatever executor produced the records and in whatever order they
+finished. Statistics are numpy's: median and quartiles by ``np.quantile`` (linear
+interpolation), the standard deviation with ddof = 1 (NaN for a single replication).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from dpmarket.experiment.grid import Axis, Cell
+from dpmarket.market.forecast import Forecast, calibrate
+
+SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
+                 "psi_q25", "psi_q75", "psi_std", "own_psi_first", "own_psi_median",
+                 "benefit_share_mean", "forecast")
+REPLICATION_COLUMNS = ("replication", "seed", "psi_final", "iterations", "stop_reason", "collisions",
+                       "dropouts", "losses", "refusals", "simulated_time", "owners_benefiting")
+
+
+def grid_value(value: Any) -> Any:
+    """A swept value for a CSV cell: numbers and strings as they are, tables as JSON."""
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":"))
+    return value
+
+
+def psi_stats(psi: np.ndarray) -> dict[str, float]:
+    """Mean, median, quartiles and standard deviation of a cell's final ψ over replications."""
+    q25, median, q75 = np.quantile(psi, [0.25, 0.5, 0.75])
+    std = float(np.std(psi, ddof=1)) if len(psi) > 1 else float("nan")
+    return {"psi_mean": float(np.mean(psi)), "psi_median": float(median),
+            "psi_q25": float(q25), "psi_q75": float(q75), "psi_std": std}
+
+
+def epsilon_harmonic(epsilons: np.ndarray) -> float:
+    """The common ε that gives the same noise term: N/ε² = Σ ε_i⁻²."""
+    return float(np.sqrt(len(epsilons) / np.sum(np.asarray(epsilons, dtype=float) ** -2.0)))
+
+
+def cell_summary(records: list[dict]) -> dict[str, Any]:
+    """The sweep.csv statistics of one cell (its records share one dataset, so one owner table)."""
+    owners = records[0]["owners"]
+    psi = np.array([r["psi_final"] for r in records])
+    own = np.array(owners["own_psi"])
+    share = np.mean(own[None, :] > psi[:, None], axis=1)  # per replication: owners that benefit
+    return {"replications": len(records), "owners": len(own), "records": int(sum(owners["records"])),
+            "epsilon_harmonic": epsilon_harmonic(owners["epsilon"]), **psi_stats(psi),
+            "own_psi_first": float(own[0]), "own_psi_median": float(np.median(own)),
+            "benefit_share_mean": float(np.mean(share))}
+
+
+def fit_forecast(summaries: list[dict], by_cell: list[list[dict]]) -> tuple[Forecast | None, str]:
+    """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
+    eps = [np.array(records[0]["owners"]["epsilon"]) for records in by_cell]
+    n = [float(s["records"]) for s in summaries]
+    try:
+        return calibrate(eps, n, [s["psi_mean"] for s in summaries]), ""
+    except ValueError as exc:
+        return None, str(exc)
+
+
+def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple], Forecast | None, str]:
+    """The rows of sweep.csv (after ``cell`` and the swept values) and the forecast fit."""
+    summaries = [cell_summary(records) for records in by_cell]
+    fit, why = fit_forecast(summaries, by_cell)
+    rows = []
+    for cell, summary, records in zip(cells, summaries, by_cell, strict=True):
+        owners = records[0]["owners"]
+        summary["forecast"] = float(fit.psi(np.array(owners["epsilon"]), summary["records"])) if fit else ""
+        rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
+    return rows, fit, why
+
+
+def sweep_owner_rows(cells: list[Cell], by_cell: list[list[dict]]) -> list[tuple]:
+    """The rows of sweep_owners.csv: every owner of every cell against the cell's median ψ."""
+    rows = []
+    for cell, records in zip(cells, by_cell, strict=True):
+        owners = records[0]["owners"]
+        median = float(np.median([r["psi_final"] for r in records]))
+        values = tuple(map(grid_value, cell.values))
+        for i, own in enumerate(owners["own_psi"]):
+            rows.append((cell.index, *values, i, owners["name"][i], owners["records"][i],
+                         owners["epsilon"][i], own, median, bool(median < own)))
+    return rows
+
+
+def sweep_header(axes: list[Axis]) -> tuple[tuple, tuple]:
+    """Headers of sweep.csv and sweep_owners.csv."""
+    keys = tuple(a.key for a in axes)
+    return (("cell", *keys, *SWEEP_COLUMNS),
+            ("cell", *keys, "owner", "name", "records", "epsilon", "own_psi", "psi_median", "benefits"))
+
+
+def replication_rows(records: list[dict]) -> list[tuple]:
+    """The rows of replications.csv, one per replication."""
+    own = np.array(records[0]["owners"]["own_psi"])
+    return [(*(r[c] for c in REPLICATION_COLUMNS[:-1]), int(np.sum(r["psi_final"] < own)))
+            for r in records]
+
+
+def metric_rows(records: list[dict]) -> list[tuple]:
+    """The rows of a replicated run's metrics.csv: replication, k, time, psi."""
+    return [(r["replication"], k, t, p) for r in records
+            for k, t, p in zip(r["metrics"]["k"], r["metrics"]["time"], r["metrics"]["psi"], strict=True)]
+
+
+def owner_rows(records: list[dict]) -> list[tuple]:
+    """A replicated run's owners.csv: each owner's own-data ψ and how often it benefits."""
+    owners = records[0]["owners"]
+    psi = np.array([r["psi_final"] for r in records])
+    own = np.array(owners["own_psi"])
+    share = np.mean(psi[:, None] < own[None, :], axis=0)
+    return [(i, owners["name"][i], owners["records"][i], owners["epsilon"][i], float(own[i]),
+             float(share[i])) for i in range(len(own))]

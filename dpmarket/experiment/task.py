@@ -1,0 +1,104 @@
+"""The unit of work of an experiment: replications of one cell → small, plain result records.
+
+A task is a pure function of (cell scenario, replication indices and seeds): it runs on any
+executor (this process, a process pool, a Dask worker) and gives the same records, float for
+float. Replication r of a cell is the cell's scenario with ``seed`` = the r-th replication seed;
+its ``data.seed`` is pinned (see :mod:`dpmarket.experiment.grid`), so the replications of a cell
+share one dataset, which each worker builds once and keeps (:func:`prepared_for`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from dpmarket.run import Prepared, execute, prepare
+from dpmarket.scenario import Scenario
+
+# Each worker keeps the data of the last few datasets it used: tasks arrive in cell order, so a
+# cell's replications (and the next cells, when only ε or the network changes) find their data
+# here instead of rebuilding it. Raw records (logistic, hinge, clipping) are bounded in total.
+_CACHE: OrderedDict[str, Prepared] = OrderedDict()
+CACHE_DATASETS = 8
+CACHE_RECORDS = 2_000_000
+_LOCK = threading.Lock()  # Dask may run several tasks of one worker in threads
+
+
+@dataclass(frozen=True)
+class Task:
+    """Replications ``replications`` (indices) with ``seeds`` of cell ``cell``."""
+
+    cell: int
+    scenario: Scenario
+    replications: tuple[int, ...]
+    seeds: tuple[int, ...]
+    keep_metrics: bool  # the ψ-against-k series (replicated runs draw bands from it)
+
+
+def data_key(scenario: Scenario) -> str:
+    """Everything the data stage reads (records, θ*, own-data ψ): equal keys, equal data.
+
+    The owners' data depend on ``[data]`` (with the pinned data seed), the per-owner tables
+    (sizes, shifts, names), the model (loss, intercept; θ* also λ and θmax) and whether records
+    are kept for clipping — not on ε, the learner or the network.
+    """
+    dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
+    dump["sensitivity"] = scenario.privacy.sensitivity
+    dump["data_seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    return json.dumps(dump, sort_keys=True)
+
+
+def clear_cache() -> None:
+    """Forget every cached dataset (benchmarks time cold starts with it)."""
+    with _LOCK:
+        _CACHE.clear()
+
+
+def _kept_records(prepared: Prepared) -> int:
+    return sum(o.n for o in prepared.consortium.owners if o.Z is not None)
+
+
+def prepared_for(scenario: Scenario) -> Prepared:
+    """The data stage of ``scenario``, built once per worker and dataset (see :func:`data_key`)."""
+    key = data_key(scenario)
+    with _LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    prepared = prepare(scenario)
+    with _LOCK:
+        _CACHE[key] = prepared
+        while len(_CACHE) > 1 and (len(_CACHE) > CACHE_DATASETS or
+                                   sum(map(_kept_records, _CACHE.values())) > CACHE_RECORDS):
+            _CACHE.popitem(last=False)
+    return prepared
+
+
+def run_task(task: Task) -> list[dict]:
+    """Run every replication of ``task``; one JSON-ready record each, in the task's order."""
+    prepared = prepared_for(task.scenario)
+    return [replicate(task, r, seed, prepared)
+            for r, seed in zip(task.replications, task.seeds, strict=True)]
+
+
+def replicate(task: Task, replication: int, seed: int, prepared: Prepared) -> dict:
+    """One replication: the cell's scenario under ``seed``, reduced to what the tables need."""
+    result = execute(task.scenario.model_copy(update={"seed": seed}), prepared=prepared)
+    counts, m = result.training.log.counts, result.training.metrics
+    record = {
+        "cell": task.cell, "replication": replication, "seed": seed,
+        "psi_final": float(result.psi_final), "iterations": int(result.training.k),
+        "stop_reason": result.stop_reason, "collisions": counts["collision"],
+        "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
+        "simulated_time": float(result.training.time),
+        "owners": {"name": list(result.consortium.names),
+                   "records": [int(n) for n in result.consortium.sizes],
+                   "epsilon": [float(o.epsilon) for o in result.owners],
+                   "own_psi": [float(v) for v in result.own_psi]},
+    }
+    if task.keep_metrics:
+        record["metrics"] = {"k": [int(k) for k in m.k], "time": [float(t) for t in m.time],
+                             "psi": [float(p) for p in m.psi]}
+    return record
