@@ -103,6 +103,21 @@ def package_run(setup: Setup, trace: np.ndarray | None = None) -> tuple[float, T
     return seconds, training
 
 
+def loop_constants(setup: Setup) -> tuple:
+    """What both numpy loops precompute: owners' statistics, N, p, λ, θmax, the two step sizes
+    of Algorithm 1 (owner a_i = Nρ/(T²σ), central a_L = (N−1)ρ/(N T²σ)), n_i/n and 2/n_i."""
+    s, c = setup.scenario, setup.consortium
+    A = [o.stats.A for o in c.owners]
+    b = [o.stats.b for o in c.owners]
+    n_i = c.sizes.astype(float)
+    N, p, T, rho = setup.N, setup.objective.p, setup.T, s.learner.rho
+    lam, tmax = s.model.regularization, s.model.theta_max
+    sigma = 2.0 * lam
+    a_i = N * rho / (T * T * sigma)
+    a_L = (N - 1) * rho / (N * T * T * sigma)
+    return (A, b, N, p, lam, tmax, a_i, a_L, (n_i / n_i.sum()).tolist(), (2.0 / n_i).tolist())
+
+
 def bare_run(setup: Setup, noise=None, trace: np.ndarray | None = None) -> tuple[float, np.ndarray]:
     """Algorithm 1 (design §2) as a plain numpy loop on the same sufficient statistics.
 
@@ -110,19 +125,10 @@ def bare_run(setup: Setup, noise=None, trace: np.ndarray | None = None) -> tuple
     the same scale b_i = 2ΞT/(n_i ε_i). Returns (seconds, final θ_L).
     """
     s, c = setup.scenario, setup.consortium
-    A = [o.stats.A for o in c.owners]
-    b = [o.stats.b for o in c.owners]
-    n_i = c.sizes.astype(float)
     xi = sensitivity(s, c)
     scale = [laplace_scale(xi, setup.T, c.owners[i].n, s.owner_value(i, "epsilon"))
              for i in range(setup.N)]
-    N, p, T, rho = setup.N, setup.objective.p, setup.T, s.learner.rho
-    lam, tmax = s.model.regularization, s.model.theta_max
-    sigma = 2.0 * lam
-    a_i = N * rho / (T * T * sigma)
-    a_L = (N - 1) * rho / (N * T * T * sigma)
-    share = (n_i / n_i.sum()).tolist()
-    inv_n = (2.0 / n_i).tolist()
+    A, b, N, p, lam, tmax, a_i, a_L, share, inv_n = loop_constants(setup)
     theta_L, theta = np.zeros(p), np.zeros((N, p))
     gen = np.random.default_rng(0)
     start = time.perf_counter()
@@ -142,19 +148,9 @@ def tuned_run(setup: Setup) -> tuple[float, np.ndarray]:
     """The bare loop with the package's two tricks, for information: every noise vector drawn
     before the clock starts (the owners' own draws, in sequence order) and Π_Θ as two ufuncs
     instead of np.clip's Python wrapper. Returns (seconds, final θ_L)."""
-    s, c = setup.scenario, setup.consortium
     fresh = setup.owners()
     noise = np.array([fresh[i].noise.draw() for i in setup.sequence])
-    A = [o.stats.A for o in c.owners]
-    b = [o.stats.b for o in c.owners]
-    n_i = c.sizes.astype(float)
-    N, p, T, rho = setup.N, setup.objective.p, setup.T, s.learner.rho
-    lam, tmax = s.model.regularization, s.model.theta_max
-    sigma = 2.0 * lam
-    a_i = N * rho / (T * T * sigma)
-    a_L = (N - 1) * rho / (N * T * T * sigma)
-    share = (n_i / n_i.sum()).tolist()
-    inv_n = (2.0 / n_i).tolist()
+    A, b, N, p, lam, tmax, a_i, a_L, share, inv_n = loop_constants(setup)
     theta_L, theta = np.zeros(p), np.zeros((N, p))
     minimum, maximum = np.minimum, np.maximum
     start = time.perf_counter()
