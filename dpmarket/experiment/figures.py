@@ -1,46 +1,82 @@
-"""The hook from experiments to the figures of the report stream (``dpmarket/sweep_plots.py``).
+"""An experiment's results, published together: tables, figures and report.html.
 
-The figures (ψ against ε and n, the value-of-collaboration map, per-owner benefit, the ψ-against-k
-band) belong to another module built in parallel with this one. Until that module is part of
-the package these hooks draw nothing and say so: they return None, and the command prints that
-only the CSV and JSON files were written. When it is there, they call it on the files just
-written, with the signatures agreed for issue 5:
-``draw_sweep(sweep, owners, meta, directory) -> list[Path]`` and
-``draw_band(metrics, path, title) -> Path``.
+The aggregate tables, the figures drawn from them (:mod:`dpmarket.sweep_plots`) and the
+report page (:mod:`dpmarket.report`) are all written into a hidden staging directory inside
+the experiment's directory, then moved into place one after the other with Ctrl-C held
+(:func:`~dpmarket.experiment.store.held_interrupt`). An interrupt or a failure while they are
+being drawn therefore leaves the previous results (or none) and no half-written file; the
+finished replications in ``tasks/`` are untouched, so re-running the command redoes only this.
+
+The report leaves out how the experiment was made (executor, workers, scheduler, replications
+reused from an earlier run, wall time: all in the JSON file beside it), so that the page, like
+the tables and the figures, is byte-identical for a given seed whatever the executor.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-PLOTS_MODULE = "dpmarket.sweep_plots"
+import pandas as pd
+
+from dpmarket import report, sweep_plots
+from dpmarket.experiment.store import held_interrupt
+
+STAGING_PREFIX = ".staging."
+HOW_MADE = ("executor", "workers", "scheduler", "reused_replications", "wall_seconds")
+HOW_MADE_NOTE = ("How this experiment was run (executor, workers, scheduler, replications reused "
+                 "from an earlier run, wall time) is in {file} only: this page is the same, byte "
+                 "for byte, whatever the executor.")
 
 
-def available() -> bool:
-    """Whether the figures module is installed alongside this package."""
-    return importlib.util.find_spec(PLOTS_MODULE) is not None
+@contextmanager
+def published(directory: Path) -> Iterator[Path]:
+    """A staging directory whose files are moved into ``directory`` when the block succeeds."""
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=directory))
+    try:
+        yield staging
+        with held_interrupt():
+            for path in sorted(staging.iterdir()):
+                os.replace(path, directory / path.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
-def draw_sweep_figures(directory: Path) -> list[Path] | None:
-    """Figures of a finished sweep in ``directory``; None when the figures module is absent."""
-    if not available():
-        return None
-    import pandas as pd
-
-    plots = importlib.import_module(PLOTS_MODULE)
-    meta = json.loads((directory / "sweep.json").read_text(encoding="utf-8"))
-    return plots.draw_sweep(pd.read_csv(directory / "sweep.csv"),
-                            pd.read_csv(directory / "sweep_owners.csv"), meta, directory)
+def what_was_computed(meta: dict) -> dict:
+    """The JSON facts without how they were computed (see :data:`HOW_MADE`)."""
+    return {k: v for k, v in meta.items() if k not in HOW_MADE}
 
 
-def draw_band_figure(directory: Path, title: str) -> list[Path] | None:
-    """The ψ-against-k band of a replicated run in ``directory``; None when the module is absent."""
-    if not available():
-        return None
-    import pandas as pd
+def sweep_figures_and_report(staging: Path, meta: dict, plots: bool) -> list[Path]:
+    """Draw the sweep's figures (when ``plots``) and its report from the tables in ``staging``."""
+    sweep = pd.read_csv(staging / "sweep.csv")
+    owners = pd.read_csv(staging / "sweep_owners.csv")
+    drawn = sweep_plots.draw_sweep(sweep, owners, meta, staging) if plots else []
+    title = f"dpmarket sweep: {meta['scenario']} (seed {meta['seed']})"
+    report.sweep_report(staging, title, sweep, owners, what_was_computed(meta), drawn,
+                        note=HOW_MADE_NOTE.format(file="sweep.json"))
+    return drawn
 
-    plots = importlib.import_module(PLOTS_MODULE)
-    return [plots.draw_band(pd.read_csv(directory / "metrics.csv"), directory / "psi_band.png", title)]
+
+def band_title(name: str, replications: int, epsilons: list[float]) -> str:
+    """The band figure's title: scenario, R and the owners' budget (one ε, or their range)."""
+    low, high = min(epsilons), max(epsilons)
+    budget = f"ε = {low:g}" if low == high else f"ε = {low:g} … {high:g}"
+    return f"{name}: ψ over {replications} replications, {budget}"
+
+
+def replications_figures_and_report(staging: Path, summary: dict, epsilons: list[float],
+                                    plots: bool) -> list[Path]:
+    """Draw the ψ band (when ``plots``) and the report of a replicated run in ``staging``."""
+    metrics = pd.read_csv(staging / "metrics.csv")
+    title = band_title(summary["scenario"], summary["replications"], epsilons)
+    drawn = [sweep_plots.draw_band(metrics, staging / "psi_band.png", title)] if plots else []
+    report.replications_report(staging, f"dpmarket run: {title}", pd.read_csv(staging / "replications.csv"),
+                               drawn, summary=what_was_computed(summary),
+                               owners=pd.read_csv(staging / "owners.csv"),
+                               note=HOW_MADE_NOTE.format(file="summary.json"))
+    return drawn
