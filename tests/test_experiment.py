@@ -20,7 +20,7 @@ from scipy import stats
 from dpmarket import rng, sweep_plots
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
-from dpmarket.experiment import executors, figures
+from dpmarket.experiment import executors, publish
 from dpmarket.experiment.executors import ExecutorError
 from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
 from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
@@ -155,7 +155,7 @@ def published(directory: Path) -> dict[str, bytes]:
             out[path.name] = path.read_bytes()
     for name in ("sweep.json", "summary.json"):
         if name in out:
-            out[name] = json.dumps(figures.what_was_computed(json.loads(out[name]))).encode()
+            out[name] = json.dumps(publish.what_was_computed(json.loads(out[name]))).encode()
     return out
 
 
