@@ -220,16 +220,19 @@ def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:
 # --- the reports of sweeps and replicated runs ----------------------------------------------
 
 def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict,
-                 figures: list[Path]) -> Path:
-    """``report.html`` of a sweep: grid and forecast fit, the figures, sweep.csv, sweep_owners.csv."""
+                 figures: list[Path], note: str = "") -> Path:
+    """``report.html`` of a sweep: grid and forecast fit, the figures, sweep.csv, sweep_owners.csv.
+
+    ``meta`` is shown as given, minus ``wall_seconds``; ``note`` says what else was left out.
+    """
     fit = meta.get("forecast") or {}
     blocks: list[Block] = [
         Heading("Set-up"),
-        Table("sweep.json", [{"key": k, "value": _plain(v)} for k, v in meta.items() if k != "wall_seconds"],
-              max_rows=len(meta)),
+        _facts_table("sweep.json", {k: v for k, v in meta.items() if k != "wall_seconds"}),
+        *([Text(note)] if note else []),
         Text(_forecast_text(fit)),
         Heading("Figures"),
-        *[Figure(_caption(p), p) for p in figures],
+        *_figure_blocks(figures),
         Heading("Cells"),
         Table("sweep.csv: one row per cell", sweep, max_rows=200),
         Heading("Owners"),
@@ -240,20 +243,63 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
 
 
 def replications_report(directory: Path, title: str, replications: pd.DataFrame,
-                        figures: list[Path]) -> Path:
-    """``report.html`` of ``run --replications``: the band figure and replications.csv."""
+                        figures: list[Path], summary: dict | None = None,
+                        owners: pd.DataFrame | None = None, note: str = "") -> Path:
+    """``report.html`` of ``run --replications``: ψ at the end, the band figure, summary.json
+    (minus ``wall_seconds``), replications.csv and owners.csv."""
     psi = replications["psi_final"]
+    facts = {k: v for k, v in (summary or {}).items() if k != "wall_seconds"}
     blocks: list[Block] = [
         Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
              f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
-        *[Figure(_caption(p), p) for p in figures],
+        *_figure_blocks(figures),
+        *([Heading("Summary"), _facts_table("summary.json", facts)] if facts else []),
+        *([Text(note)] if note else []),
+        Heading("Replications"),
         Table("replications.csv: one row per replication", replications, max_rows=200),
+        *([Heading("Owners"), Table("owners.csv: own-data ψ and the share of replications in which the "
+                                    "owner benefits", owners, max_rows=100)] if owners is not None else []),
     ]
     return write_report(directory, title, blocks)
 
 
-# Captions of the figures dpmarket.sweep_plots draws, by file name.
-SWEEP_CAPTIONS = {
+def _facts_table(caption: str, facts: Mapping[str, Any]) -> Table:
+    """A JSON document's top-level keys and values (nested ones as compact text), all rows shown."""
+    return Table(caption, [{"key": k, "value": _plain(v)} for k, v in facts.items()], max_rows=len(facts))
+
+
+def _figure_blocks(figures: list[Path]) -> list[Block]:
+    """One block per figure, or a note saying why there are none."""
+    if not figures:
+        return [Text("No figures: output.plots = false in the scenario, so this report has tables only.")]
+    return [Figure(_caption(p), p) for p in figures]
+
+
+def market_report(directory: Path, title: str, summary: dict, policies: Sequence[Mapping[str, Any]],
+                  market: Sequence[Mapping[str, Any]], figures: list[Path],
+                  owners_per_policy: int = 25) -> Path:
+    """``report.html`` of a policy comparison: summary, policies.csv, both figures, and market.csv
+    trimmed to the first ``owners_per_policy`` owners of every policy (the full table is in the file)."""
+    shown = [r for r in market if r["owner"] < owners_per_policy]
+    owners = len({r["owner"] for r in market})
+    caption = ("market.csv: every owner under every policy" if len(shown) == len(market) else
+               f"market.csv, first {owners_per_policy} of {owners} owners under each policy "
+               f"(all {len(market)} rows are in market.csv)")
+    blocks: list[Block] = [
+        Heading("Summary"),
+        _facts_table("summary.json", summary),
+        Heading("Policies"),
+        Table("policies.csv: one row per policy", policies, max_rows=len(policies)),
+        Heading("Figures"),
+        *_figure_blocks(figures),
+        Heading("Owners"),
+        Table(caption, shown, max_rows=len(shown)),
+    ]
+    return write_report(directory, title, blocks)
+
+
+# Captions of the experiment and market figures (dpmarket.sweep_plots, dpmarket.market.plots), by file name.
+FIGURE_CAPTIONS = {
     "psi_epsilon.png": "Mean ψ(θ_L,T) against ε on log-log axes (whiskers: 25–75 %), with the "
                        "least-squares slope (dashed) and the calibrated forecast (solid).",
     "psi_records.png": "Mean ψ(θ_L,T) against the total records n on log-log axes, with the fitted "
@@ -263,11 +309,15 @@ SWEEP_CAPTIONS = {
     "owner_benefit.png": "Each owner's own-data ψ(θ_i*) against its records; lines: the cell's "
                          "median collaborative ψ. Owners above their line benefit.",
     "convergence.png": "ψ(θ_L,k) against k: median over replications and the 25–75 % band.",
+    "psi_band.png": "ψ(θ_L,k) against k: median over the replications (line) and the 25–75 % band.",
+    "psi_payment.png": "Simulated ψ (mean, min–max over replications) and forecast ψ̂ (x) against "
+                       "each policy's total payment.",
+    "epsilons.png": "The ε chosen by the participating owners under each policy.",
 }
 
 
 def _caption(path: Path) -> str:
-    return SWEEP_CAPTIONS.get(Path(path).name, Path(path).name)
+    return FIGURE_CAPTIONS.get(Path(path).name, Path(path).name)
 
 
 def _forecast_text(fit: dict) -> str:

@@ -17,10 +17,10 @@ import pytest
 from helpers import ks_accepts, tiny
 from scipy import stats
 
-from dpmarket import rng
+from dpmarket import rng, sweep_plots
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
-from dpmarket.experiment import executors
+from dpmarket.experiment import executors, publish
 from dpmarket.experiment.executors import ExecutorError
 from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
 from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
@@ -146,21 +146,39 @@ def dask_address():
         yield cluster.scheduler_address
 
 
-def test_every_executor_gives_byte_identical_tables(tmp_path, dask_address):
-    p = plan(replications=5)
+def published(directory: Path) -> dict[str, bytes]:
+    """Every result file of an experiment directory, with the JSON document's how-it-was-made
+    keys (executor, workers, scheduler, reused replications, wall time) left out."""
+    out = {}
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            out[path.name] = path.read_bytes()
+    for name in ("sweep.json", "summary.json"):
+        if name in out:
+            out[name] = json.dumps(publish.what_was_computed(json.loads(out[name]))).encode()
+    return out
+
+
+def test_every_executor_gives_byte_identical_results_figures_and_report(tmp_path, dask_address):
+    p = plan(replications=5, output={"plots": True})
     runs = {"serial": Execution("serial"), "process": Execution("process", 2),
             "dask": Execution("dask", scheduler=dask_address)}
     outputs = {}
     for name, how in runs.items():
         meta = run_sweep(p, tmp_path / name, how)
         assert meta["executor"] == name and meta["reused_replications"] == 0
-        outputs[name] = files(tmp_path / name)
+        outputs[name] = published(tmp_path / name)
+    assert {"psi_epsilon.png", "psi_records.png", "owner_benefit.png", "report.html", "sweep.csv",
+            "sweep_owners.csv", "sweep.json"} <= set(outputs["serial"])
     assert outputs["serial"] == outputs["process"] == outputs["dask"]
-    rep = plan("replications", replications=4)
-    names = ("metrics.csv", "replications.csv", "owners.csv")
+    page = outputs["serial"]["report.html"].decode()
+    assert page.count("base64,") == 3 and "dask" not in page and "process" not in page
+    rep = plan("replications", replications=4, output={"plots": True})
     run_replications(rep, tmp_path / "r-serial", Execution("serial"))
     run_replications(rep, tmp_path / "r-dask", Execution("dask", scheduler=dask_address))
-    assert files(tmp_path / "r-serial", names) == files(tmp_path / "r-dask", names)
+    serial, dask = published(tmp_path / "r-serial"), published(tmp_path / "r-dask")
+    assert {"psi_band.png", "report.html", "metrics.csv", "replications.csv", "owners.csv"} <= set(serial)
+    assert serial == dask
 
 
 def test_dask_local_cluster_of_worker_processes(tmp_path):
@@ -394,6 +412,50 @@ def test_ctrl_c_during_a_save_is_held_until_the_file_is_in_place(tmp_path):
         write_atomic(tmp_path / "f.json", write)
     assert (tmp_path / "f.json").read_text() == "whole" and not list(tmp_path.glob(".*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_interrupt_while_drawing_publishes_nothing_and_resume_redraws(tmp_path, monkeypatch):
+    """Tables, figures and report appear together or not at all; tasks/ survives; a killed
+    process's staging directory is cleared by the next run."""
+    p = plan(grid=["privacy.epsilon=1,10"], replications=2, output={"plots": True})
+    out, real = tmp_path / "out", sweep_plots.draw_sweep
+
+    def interrupted(*args):
+        real(*args)  # every figure drawn (into the staging directory) ...
+        raise KeyboardInterrupt  # ... then Ctrl-C before the report
+
+    monkeypatch.setattr(sweep_plots, "draw_sweep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(p, out, Execution("serial"))
+    assert sorted(f.name for f in out.iterdir()) == ["experiment.json", "tasks"]
+    assert len(list((out / "tasks").glob("*.json"))) == 4
+    monkeypatch.setattr(sweep_plots, "draw_sweep", real)
+    assert run_sweep(p, out, Execution("serial"))["reused_replications"] == 4
+    before = published(out)
+    assert {"psi_epsilon.png", "owner_benefit.png", "report.html", "sweep.csv"} <= set(before)
+    monkeypatch.setattr(sweep_plots, "draw_sweep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run_sweep(p, out, Execution("serial"))
+    assert published(out) == before and not list(out.glob(".*"))  # the earlier results stand
+    monkeypatch.setattr(sweep_plots, "draw_sweep", real)
+    (out / ".staging.killed.tmp").mkdir()
+    (out / ".staging.killed.tmp" / "psi_epsilon.png").write_bytes(b"half")
+    run_sweep(p, out, Execution("serial"))
+    assert not list(out.glob(".*"))
+    run_sweep(p, tmp_path / "clean", Execution("serial"))
+    assert published(out) == published(tmp_path / "clean") == before
+
+
+def test_without_plots_the_report_says_so_and_no_figure_is_drawn(tmp_path, capsys):
+    path = tmp_path / "s.toml"
+    path.write_text(tiny().to_toml())
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--replications", "2",
+                 "--out", str(out), "--quiet", "--executor", "serial"]) == 0
+    assert not list(out.glob("*.png")) and json.loads((out / "sweep.json").read_text())["figures"] == []
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert "output.plots = false" in page and "base64," not in page
+    assert "figures       none (output.plots = false); report.html" in capsys.readouterr().out
 
 
 def test_user_errors_cross_process_boundaries_intact():

@@ -216,7 +216,11 @@ def test_market_command_writes_the_comparison(tmp_path, capsys):
     policies = "posted_price,take_it_or_leave_it,procurement,stackelberg,auction,marginal"
     assert main(["market", str(path), "--policies", policies, "--replications", "2", "--out", str(out)]) == 0
     assert {"policies.csv", "market.csv", "psi_payment.png", "epsilons.png", "summary.json",
-            "scenario.toml"} <= {p.name for p in out.iterdir()}
+            "scenario.toml", "report.html"} <= {p.name for p in out.iterdir()}
+    page = (out / "report.html").read_text(encoding="utf-8")
+    assert page.count("base64,") == 2 and "src=\"http" not in page
+    assert all(f"<td class=\"text\">{name}</td>" in page for name in policies.split(","))
+    assert "market.csv: every owner under every policy" in page
     rows = list(csv.DictReader((out / "policies.csv").open()))
     assert [r["policy"] for r in rows] == policies.split(",")
     assert all(float(r["total_payment"]) <= 3.0 + 1e-9 for r in rows)

@@ -132,3 +132,18 @@ def test_sweep_and_replication_reports_embed_their_figures(tmp_path):
     reps = pd.DataFrame({"replication": [0, 1, 2], "psi_final": [0.1, 0.2, 0.4]})
     page = replications_report(tmp_path, "reps", reps, [png]).read_text(encoding="utf-8")
     assert "median 0.2" in page and page.count("base64,") == 1
+
+
+def test_market_report_trims_the_owner_table_per_policy(tmp_path):
+    """Every policy keeps its first owners in the page; the caption says how many were left out."""
+    from dpmarket.report import market_report
+
+    market = [{"policy": pol, "owner": i, "name": f"o{i}", "epsilon": 1.0}
+              for pol in ("posted_price", "auction") for i in range(40)]
+    policies = [{"policy": "posted_price", "psi_mean": 0.1}, {"policy": "auction", "psi_mean": 0.2}]
+    png = _png(tmp_path, "psi_payment.png")
+    page = market_report(tmp_path, "m", {"scenario": "m", "seeds": list(range(20))}, policies, market,
+                         [png], owners_per_policy=25).read_text(encoding="utf-8")
+    assert "first 25 of 40 owners under each policy (all 80 rows are in market.csv)" in page
+    assert page.count('<td class="text">o24</td>') == 2 and "o25<" not in page
+    assert page.count("base64,") == 1 and _external_references(page) == []

@@ -8,7 +8,7 @@ Modules, in the order data flows through them:
 - :mod:`~dpmarket.experiment.store`: the resumable output directory, atomic files
 - :mod:`~dpmarket.experiment.tables`: sweep.csv, sweep_owners.csv, replications.csv, metrics.csv
 - :mod:`~dpmarket.experiment.study`: the whole experiment, chained
-- :mod:`~dpmarket.experiment.figures`: the hook to the report stream's figures
+- :mod:`~dpmarket.experiment.publish`: tables, figures and report.html published together
 - :mod:`~dpmarket.experiment.command` and :mod:`~dpmarket.experiment.console`: the commands'
   options → a plan, and the summary they print
 """

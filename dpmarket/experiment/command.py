@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpmarket.errors import DPMarketError
-from dpmarket.experiment import console, figures
+from dpmarket.experiment import console
 from dpmarket.experiment.study import Execution, Plan, make_plan, run_replications, run_sweep
 from dpmarket.scenario import Scenario
 
@@ -60,13 +60,9 @@ def plan(job: Job) -> tuple[Plan, Path, Execution]:
 
 
 def run(the_plan: Plan, out: Path, how: Execution) -> str:
-    """Run the experiment into ``out``, draw its figures when possible, return the summary text."""
-    draw = the_plan.base.output.plots
+    """Run the experiment into ``out`` (tables, figures, report.html); return the summary text."""
     if the_plan.kind == "sweep":
         meta = run_sweep(the_plan, out, how)
-        drawn = figures.draw_sweep_figures(out) if draw else []
-        return console.sweep_text(out, meta, drawn)
+        return console.sweep_text(out, meta, [out / name for name in meta["figures"]])
     summary = run_replications(the_plan, out, how)
-    title = f"{the_plan.base.name}: {the_plan.replications} replications"
-    drawn = figures.draw_band_figure(out, title) if draw else []
-    return console.replications_text(out, summary, drawn)
+    return console.replications_text(out, summary, [out / name for name in summary["figures"]])

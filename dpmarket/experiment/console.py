@@ -14,7 +14,7 @@ def _g(value: str) -> str:
         return value
 
 
-def sweep_text(out: Path, meta: dict, figures: list[Path] | None) -> str:
+def sweep_text(out: Path, meta: dict, figures: list[Path]) -> str:
     """The sweep's cells (swept values, ψ median and quartiles, own-data ψ, forecast) and the fit."""
     with open(out / "sweep.csv", encoding="utf-8") as fh:
         rows = list(csv.DictReader(fh))
@@ -35,7 +35,7 @@ def sweep_text(out: Path, meta: dict, figures: list[Path] | None) -> str:
         f"written to    {out}"])
 
 
-def replications_text(out: Path, s: dict, figures: list[Path] | None) -> str:
+def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
     """ψ_final over the replications against the own-data baselines."""
     return "\n".join([
         f"scenario      {s['scenario']} (seed {s['seed']}, data seed {s['data_seed']}): "
@@ -51,10 +51,8 @@ def replications_text(out: Path, s: dict, figures: list[Path] | None) -> str:
         f"written to    {out}"])
 
 
-def _figures_line(figures: list[Path] | None) -> str:
-    if figures is None:
-        return "figures       none: dpmarket.sweep_plots is not part of this build (CSV and JSON only)"
-    return f"figures       {', '.join(p.name for p in figures) or 'none'}"
+def _figures_line(figures: list[Path]) -> str:
+    return f"figures       {', '.join(p.name for p in figures) or 'none (output.plots = false)'}; report.html"
 
 
 def _where(meta: dict) -> str:

@@ -6,7 +6,8 @@ completes rather than staged and renamed like a single run's (:func:`dpmarket.re
 - ``experiment.json`` — what the experiment is (kind, resolved base scenario, grid). Re-running
   into the same directory continues that experiment; a different one is refused with one line.
 - ``tasks/c00003-r00042.json`` — one finished replication, written when its task finishes.
-- the aggregate tables, written last.
+- the aggregate tables, figures and report.html, written last and published together
+  (:func:`dpmarket.experiment.publish.published`).
 
 Every file is written to a hidden temporary name in its final directory and moved into place
 with ``os.replace``, so a reader (or a resumed run) sees a complete file or none.
@@ -117,8 +118,10 @@ class Store:
             raise ExperimentDirectoryError(f"{self.directory}: cannot create: {exc.strerror}") from None
         if not marker.is_file():
             write_text_atomic(marker, json.dumps(self.identity, indent=2) + "\n")
-        for stale in self.tasks.glob(".*.tmp"):
-            stale.unlink()
+        for stale in [*self.tasks.glob(".*.tmp"), *self.directory.glob(".*.tmp")]:
+            # left by a killed process: a temporary file, or the staging directory of the
+            # results (publish.published), which a resumed run draws again
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
 
     def task_path(self, cell: int, replication: int) -> Path:
         """Where replication ``replication`` of cell ``cell`` is saved."""

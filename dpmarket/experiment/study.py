@@ -18,7 +18,7 @@ from pathlib import Path
 
 from dpmarket import rng
 from dpmarket.errors import _MISSING, ScenarioError
-from dpmarket.experiment import tables
+from dpmarket.experiment import publish, tables
 from dpmarket.experiment.executors import default_workers, run_tasks
 from dpmarket.experiment.grid import Axis, Cell, parse_grid, resolve_cells
 from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
@@ -137,33 +137,42 @@ def write_json(path: Path, data: dict) -> None:
 
 
 def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:
-    """Run a sweep into ``out``: sweep.csv, sweep_owners.csv, sweep.json; returns sweep.json."""
+    """Run a sweep into ``out``: sweep.csv, sweep_owners.csv, sweep.json, the figures and
+    report.html, published together (:func:`~dpmarket.experiment.publish.published`); returns
+    sweep.json with the names of the figures drawn under ``figures``."""
     start = time.perf_counter()
     by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     head, owner_head = tables.sweep_header(plan.axes)
-    write_csv(out / "sweep.csv", head, rows)
-    write_csv(out / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
-    meta = {**_meta(plan, how, reused),
-            "forecast": fit.to_dict() if fit else {"error": why},
-            "wall_seconds": round(time.perf_counter() - start, 3)}
-    write_json(out / "sweep.json", meta)
+    meta = {**_meta(plan, how, reused), "forecast": fit.to_dict() if fit else {"error": why}}
+    with publish.published(out) as staging:
+        write_csv(staging / "sweep.csv", head, rows)
+        write_csv(staging / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
+        drawn = publish.sweep_figures_and_report(staging, meta, plan.base.output.plots)
+        meta = {**meta, "figures": [p.name for p in drawn],
+                "wall_seconds": round(time.perf_counter() - start, 3)}
+        write_json(staging / "sweep.json", meta)
     return meta
 
 
 def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
-    """A replicated run into ``out``: metrics.csv, replications.csv, owners.csv, summary.json."""
+    """A replicated run into ``out``: metrics.csv, replications.csv, owners.csv, summary.json, the
+    ψ band and report.html, published together; returns summary.json (figures under ``figures``)."""
     start = time.perf_counter()
     (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
-    write_text_atomic(out / "scenario.toml", plan.cells[0].scenario.to_toml())
-    write_csv(out / "metrics.csv", ("replication", "k", "time", "psi"), tables.metric_rows(records))
-    write_csv(out / "replications.csv", tables.REPLICATION_COLUMNS, tables.replication_rows(records))
-    write_csv(out / "owners.csv", ("owner", "name", "records", "epsilon", "own_psi", "benefit_share"),
-              tables.owner_rows(records))
     summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
-               "stop_reasons": _count(r["stop_reason"] for r in records),
-               "wall_seconds": round(time.perf_counter() - start, 3)}
-    write_json(out / "summary.json", summary)
+               "stop_reasons": _count(r["stop_reason"] for r in records)}
+    with publish.published(out) as staging:
+        write_text_atomic(staging / "scenario.toml", plan.cells[0].scenario.to_toml())
+        write_csv(staging / "metrics.csv", ("replication", "k", "time", "psi"), tables.metric_rows(records))
+        write_csv(staging / "replications.csv", tables.REPLICATION_COLUMNS, tables.replication_rows(records))
+        write_csv(staging / "owners.csv", ("owner", "name", "records", "epsilon", "own_psi", "benefit_share"),
+                  tables.owner_rows(records))
+        drawn = publish.replications_figures_and_report(staging, summary, records[0]["owners"]["epsilon"],
+                                                        plan.base.output.plots)
+        summary = {**summary, "figures": [p.name for p in drawn],
+                   "wall_seconds": round(time.perf_counter() - start, 3)}
+        write_json(staging / "summary.json", summary)
     return summary
 
 

@@ -133,10 +133,11 @@ def market_rows(c: Comparison) -> list[dict]:
 
 
 def write(c: Comparison, target: Path) -> list[dict]:
-    """Write the comparison directory atomically: tables, figures, summary, resolved scenario."""
+    """Write the comparison directory atomically: tables, figures, report.html, summary, scenario."""
     import json
 
     from dpmarket.market import plots
+    from dpmarket.report import market_report
     from dpmarket.results import _write_csv, run_directory
 
     rows = policy_rows(c)
@@ -154,6 +155,8 @@ def write(c: Comparison, target: Path) -> list[dict]:
                    "policies": [r["policy"] for r in rows],
                    "forecast": {**c.forecast, "source": c.forecast_source}}
         (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        market_report(staging, f"dpmarket market: {title}", summary, rows, market,
+                      [staging / "psi_payment.png", staging / "epsilons.png"])
     return rows
 
 
