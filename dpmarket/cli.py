@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -97,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dpmarket: interrupted; nothing was written", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (``| head``) left early: everything was written already, so no traceback;
+        # stdout goes to devnull so that the interpreter's final flush does not raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 def _load(args: argparse.Namespace):
