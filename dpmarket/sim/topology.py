@@ -62,8 +62,12 @@ def draw(graph: nx.Graph, path: Path) -> None:
     from matplotlib.figure import Figure
 
     owners = [n for n, d in graph.nodes(data=True) if d["kind"] == "owner"]
-    shown = graph if len(owners) <= DRAW_EACH_OWNER_UP_TO else graph.subgraph(
-        [n for n, d in graph.nodes(data=True) if d["kind"] != "owner"])
+    shown = graph
+    if len(owners) > DRAW_EACH_OWNER_UP_TO:
+        # a copy, not graph.subgraph: a subgraph view lists its nodes in set (hash) order,
+        # which moved the channels around between runs of the same scenario
+        shown = graph.copy()
+        shown.remove_nodes_from(owners)
     pos, kinds = _radial_layout(shown), nx.get_node_attributes(shown, "kind")
     fig = Figure(figsize=(6.4, 6.0))
     ax = fig.subplots()
