@@ -40,10 +40,8 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from dpmarket.data import build_consortium
 from dpmarket.events import EventLog
-from dpmarket.models import Objective, make_loss
-from dpmarket.run import build_owners
+from dpmarket.run import build_owners, prepare
 from dpmarket.scenario import load
 from dpmarket.sim.engine import Engine
 from dpmarket.training import Training, make_learner, record_points
@@ -54,9 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def engine_for(path: Path, overrides: list[str]) -> Engine:
     """A ready-to-run engine for a scenario (data generated and owners built outside the timing)."""
     scenario = load(path, overrides)
-    consortium = build_consortium(scenario)
+    prepared = prepare(scenario)
+    consortium, objective = prepared.consortium, prepared.objective
     m, lr = scenario.model, scenario.learner
-    objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
     owners = build_owners(scenario, consortium, objective)
     learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)

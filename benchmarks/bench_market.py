@@ -49,7 +49,7 @@ def settle_costs(repeats: int) -> None:
     prepared = run.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     reference = best_of(repeats, lambda: run.train(s, consortium, objective))
-    sellers = sellers_of(s, consortium, objective)
+    sellers = sellers_of(s, prepared)
     from dpmarket.market.forecast import Forecast
 
     forecast = Forecast(s.market.forecast.c1, s.market.forecast.c2, c0=s.market.forecast.c0)

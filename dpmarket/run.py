@@ -177,7 +177,7 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     if scenario.market is not None:
         from dpmarket.market.stage import settle_market  # deferred: only market runs need it
 
-        market = settle_market(scenario, consortium, objective)
+        market = settle_market(scenario, prepared)
         members, epsilons = market.outcome.members, market.outcome.epsilon
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason

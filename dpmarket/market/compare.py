@@ -85,7 +85,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     prepared = prepare(base)
     consortium, objective = prepared.consortium, prepared.objective
     forecast, source = calibration.resolve(base, consortium, objective, cache)
-    sellers = sellers_of(base, consortium, objective)
+    sellers = sellers_of(base, prepared)
     seeds = replication_seeds(base, replications)
     results = []
     for name in policies:

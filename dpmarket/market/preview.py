@@ -31,7 +31,7 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
     forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate)
     N = len(consortium.owners)
     if has_market:
-        outcome = settle(scenario.market.policy, sellers_of(scenario, consortium, objective),
+        outcome = settle(scenario.market.policy, sellers_of(scenario, prepared),
                          forecast, scenario.market, scenario.seed)
         eps, members, terms = outcome.epsilon, outcome.participates, f"market.policy = {outcome.policy}"
     else:

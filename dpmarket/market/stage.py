@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dpmarket.errors import MarketError
 from dpmarket.market import calibration
@@ -16,6 +17,9 @@ from dpmarket.market.outcome import Outcome
 from dpmarket.market.policies import settle
 from dpmarket.market.sellers import Sellers, build_sellers
 from dpmarket.scenario import Scenario
+
+if TYPE_CHECKING:
+    from dpmarket.run import Prepared
 
 
 @dataclass(frozen=True)
@@ -27,19 +31,18 @@ class MarketStage:
     source: str  # where the forecast constants came from
 
 
-def sellers_of(scenario: Scenario, consortium, objective) -> Sellers:
-    """The sellers of ``scenario`` (own-data ψ computed only if owners value the model)."""
-    own = objective.psis(objective.own_data_models()) if scenario.market.model_value > 0 else None
-    return build_sellers(scenario, consortium.sizes, own)
+def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:
+    """The sellers of ``scenario`` (own-data ψ passed on only if owners value the model)."""
+    own = prepared.own_psi if scenario.market.model_value > 0 else None
+    return build_sellers(scenario, prepared.consortium.sizes, own)
 
 
-def settle_market(scenario: Scenario, consortium, objective, policy: str | None = None,
+def settle_market(scenario: Scenario, prepared: Prepared, policy: str | None = None,
                   cache: Path = calibration.CACHE_DIR) -> MarketStage:
     """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins."""
-    forecast, source = calibration.resolve(scenario, consortium, objective, cache)
+    forecast, source = calibration.resolve(scenario, prepared.consortium, prepared.objective, cache)
     name = policy or scenario.market.policy
-    outcome = settle(name, sellers_of(scenario, consortium, objective), forecast,
-                     scenario.market, scenario.seed)
+    outcome = settle(name, sellers_of(scenario, prepared), forecast, scenario.market, scenario.seed)
     if not outcome.participates.any():
         raise MarketError(f"{scenario.name}: market.policy = {name!r}: no owner takes part at these "
                           "terms (raise market.price, market.budget or market.value)")
