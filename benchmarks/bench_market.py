@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from timing import best_of
 
 from dpmarket import run
 from dpmarket.market.policies import settle
@@ -31,16 +32,6 @@ from dpmarket.scenario import POLICIES, load
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = ",".join(POLICIES)
-
-
-def best_of(repeats: int, work) -> float:
-    """The fastest of ``repeats`` timings of ``work()`` (the least disturbed by other load)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def settle_costs(repeats: int) -> None:

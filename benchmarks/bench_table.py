@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from timing import best_of
 
 from dpmarket.data import build_consortium, preprocess
 from dpmarket.data.table import form_owners, parse, read, used_columns
@@ -29,16 +30,6 @@ from dpmarket.scenario import load
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "ny_counties_sparcs.toml"
 TARGET = 3.0
-
-
-def best_of(repeats: int, fn) -> float:
-    """Best wall time of ``repeats`` calls (the least disturbed by other work on the machine)."""
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def stages(scenario) -> dict[str, float]:
