@@ -43,10 +43,10 @@ _KIND_OWNER = itemgetter(1, 2)
 class EventLog:
     """Streams events to a CSV file (or nowhere, when ``path`` is None) and counts them.
 
-    The engine logs several rows per exchange, so :meth:`record` is kept cheap: with a file it
-    only appends the row to a block, and every ``_BLOCK`` rows the block is counted per
-    (kind, owner) and written, one C-level call each; without a file it just counts. The
-    counts are read through properties that flush first.
+    The engine logs several rows per exchange, so :meth:`record` is kept cheap: it only
+    appends the row to a block, and every ``_BLOCK`` rows the block is counted per
+    (kind, owner) and written (when there is a file), one C-level call each. The counts are
+    read through properties that flush first.
 
     ``owner_ids`` renumbers owners when only some of a scenario's owners train (a market where
     some decline): the simulation numbers its participants 0…M−1, the log writes and counts
@@ -72,10 +72,6 @@ class EventLog:
                epsilon_spent: float | None = None, channel: int | None = None,
                detail: str | None = None) -> None:
         """Record one event given as the fields of :class:`Event`, in its order."""
-        if self._writerows is None:  # nothing to write: count the row at once
-            key = (kind, owner)
-            self._by_owner[key] = self._by_owner.get(key, 0) + 1
-            return
         rows = self._rows
         rows.append((time, kind, owner, k, epsilon_spent, channel, detail))
         if len(rows) >= _BLOCK:

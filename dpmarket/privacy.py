@@ -102,6 +102,7 @@ class Accountant:
         self._charge = Fraction(1)
         self._run = 0  # charges of self._charge paid since _base
         self._fits = None  # how many more of self._charge fit (None: not computed yet)
+        self._float_terms = (0, 1, 0)  # spent as a float: (numerator + run·step) / denominator
 
     @property
     def spent(self) -> Fraction:
@@ -119,10 +120,15 @@ class Accountant:
                 raise ValueError(f"Non-positive privacy charge {charge}")
             self._base, self._run = self.spent, 0
             self._charge, self._fits = charge, int((self.budget - self._base) // charge)
+            a, b = charge.numerator, charge.denominator
+            c, d = self._base.numerator, self._base.denominator
+            self._float_terms = (c * b, d * b, a * d)
         return self._fits
 
     def can_pay(self, charge: Fraction) -> bool:
         """Whether ``charge`` fits in what is left of the budget."""
+        if charge is self._charge and self._fits is not None:  # the usual repeated charge
+            return self._fits > 0
         return self._fitting(charge) > 0
 
     def pay(self, charge: Fraction) -> None:
@@ -132,13 +138,14 @@ class Accountant:
 
     def try_pay(self, charge: Fraction) -> bool:
         """Record one answer costing ``charge`` if it fits; False (nothing recorded) if not."""
-        if self._fitting(charge) <= 0:
+        if not (charge is self._charge and self._fits is not None):
+            self._fitting(charge)  # a new charge: start a run of equal charges
+        if self._fits <= 0:
             return False
         self._fits -= 1
         self._run += 1
         self.answers += 1
-        # float(spent) without building a Fraction: one correctly rounded integer division.
-        a, b = self._charge.numerator, self._charge.denominator
-        c, d = self._base.numerator, self._base.denominator
-        self.spent_float = (c * b + self._run * a * d) / (d * b)
+        # float(spent) = (c/d + run·a/b) as one correctly rounded division of integers
+        numerator, denominator, step = self._float_terms
+        self.spent_float = (numerator + self._run * step) / denominator
         return True

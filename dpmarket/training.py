@@ -45,6 +45,7 @@ class Training:
     def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
                  objective: Objective, log: EventLog, record_at: np.ndarray, progress=None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
+        self._record = log.record  # called several times per exchange
         self.progress = progress  # anything with update(n), e.g. a tqdm bar
         flags = np.zeros(int(record_at.max()) + 1, dtype=bool)
         flags[record_at] = True
@@ -72,7 +73,7 @@ class Training:
     def query(self, owner: int, time: float, channel: int | None = None) -> np.ndarray:
         """The learner sends owner i its query point θ̄ (logged); the engine times delivery."""
         self.time = time
-        self.log.record(time, "query", owner, None, None, channel)
+        self._record(time, "query", owner, None, None, channel, None)
         return self.learner.query_point(owner)
 
     def answer(self, owner: int, theta: np.ndarray, time: float,
@@ -88,8 +89,10 @@ class Training:
         learner = self.learner
         learner.update(owner, theta_bar, answer)
         self.sequence.append(owner)
-        self.log.record(time, "update", owner, learner.k, None, channel)
-        self._measure()
+        k = learner.k
+        self._record(time, "update", owner, k, None, channel, None)
+        if k < len(self.record_at) and self.record_at[k]:
+            self._measure()
         if self.progress is not None:
             self.progress.update(1)
 
@@ -115,9 +118,9 @@ class Training:
         who = self.owners[owner]
         answer = who.respond(theta)
         if answer is None:
-            self.log.record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
+            self._record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
         else:
-            self.log.record(time, "response", owner, None, who.epsilon_spent, channel)
+            self._record(time, "response", owner, None, who.epsilon_spent, channel, None)
         return answer
 
     def _measure(self) -> None:

@@ -21,7 +21,7 @@ several, an update uses the query point computed when its exchange began.
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from dpmarket import rng as streams
 from dpmarket.scenario import Scenario
 from dpmarket.sim import availability as avail
 from dpmarket.sim.channel import Channel
+from dpmarket.sim.exchange import Exchange, Slot
 from dpmarket.training import Training
 
 
@@ -51,6 +52,7 @@ class Engine:
     def __init__(self, scenario: Scenario, training: Training, names: list[str]) -> None:
         self.s, self.net, self.training = scenario, scenario.network, training
         self.env = simpy.Environment()
+        self._timeout = self.env.timeout
         N = len(training.owners)
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
@@ -58,6 +60,7 @@ class Engine:
         self._channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
         self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone)
+        self._epoch, self._holds = self.availability.epoch, self.availability.holds
         # per-owner and per-channel flags as Python lists: read at every tick and message
         self.in_exchange = [False] * N
         self.learner_busy = [False] * self.net.channels
@@ -132,7 +135,7 @@ class Engine:
                 self.ready[c].add(i)
             else:
                 busy[i] = True
-                env.process(self.request(i, c))
+                Exchange(self, i, c).start()
 
     def _depart(self, owner: int, reason: str) -> None:
         """Owner i will never answer again (budget spent, or its trace ended)."""
@@ -140,80 +143,73 @@ class Engine:
         if len(self.departed) == self.N and not self.done.triggered:
             self.done.succeed(reason)
 
-    def uplink(self, i: int, c: int, epoch: int) -> Generator:
-        """Send one message from owner i on channel c; True if it reached the learner.
+    def uplink(self, i: int, c: int, epoch: int, done: Callable[[bool], None]) -> None:
+        """Send one message from owner i on channel c; ``done(True)`` once it reached the learner.
 
-        Runs for every message, so the settings it reads were bound in ``__init__``.
+        ``done(False)`` if it was lost: a collision, a random loss, or (carrier sensing) the
+        owner gave up or went offline while backing off. Every stage is a SimPy event whose
+        callback runs the next one, so a message costs no process of its own.
         """
-        if self._sense and not (yield from self._wait_for_silence(i, c, epoch)):
-            return False
-        channel, env = self.channels[c], self.env
-        ticket = channel.start()
-        yield env.timeout(self._tau)
-        if not channel.finish(ticket):
-            self._record(env.now, "collision", i, None, None, c, None)
-            return False
-        if self._loss and next(self._loss_draws) < self._loss:
-            self._record(env.now, "loss", i, None, None, c, "random")
-            return False
-        if self._latency:
-            yield env.timeout(self._latency)
-        return True
+        if self._sense:
+            self._listen(i, c, epoch, done, 0)
+        else:
+            self._transmit(i, c, done)
 
-    def _wait_for_silence(self, i: int, c: int, epoch: int) -> Generator:
-        """Carrier sensing: back off while the channel is busy; True once it is free.
+    def _transmit(self, i: int, c: int, done: Callable[[bool], None]) -> None:
+        ticket = self.channels[c].start()
+        self._timeout(self._tau, (i, c, ticket, done)).callbacks.append(self._transmitted)
+
+    def _transmitted(self, event: simpy.Event) -> None:
+        """The message leaves the air: collided, lost at random, or on its way (latency)."""
+        i, c, ticket, done = event.value
+        if not self.channels[c].finish(ticket):
+            self._record(event.env.now, "collision", i, None, None, c, None)
+            done(False)
+        elif self._loss and next(self._loss_draws) < self._loss:
+            self._record(event.env.now, "loss", i, None, None, c, "random")
+            done(False)
+        elif self._latency:
+            self._timeout(self._latency, done).callbacks.append(_delivered)
+        else:
+            done(True)
+
+    def _listen(self, i: int, c: int, epoch: int, done: Callable[[bool], None], attempt: int) -> None:
+        """Carrier sensing: back off while the channel is busy; transmit once it is free.
 
         At most ``max_attempts`` looks at the channel. Only an online owner puts a message on
         the air: one that went offline while backing off (its ``epoch`` changed) loses the
         exchange at its next attempt, without transmitting.
         """
-        channel, net = self.channels[c], self.net
-        for attempt in range(net.max_attempts):
-            if attempt and self._dropped(i, c, epoch):
-                return False
-            if not channel.busy:
-                return True
+        net = self.net
+        if attempt == net.max_attempts:
+            self.emit("loss", i, c, "channel busy: gave up")
+            done(False)
+        elif attempt and self._dropped(i, c, epoch):
+            done(False)
+        elif not self.channels[c].busy:
+            self._transmit(i, c, done)
+        else:
             self.emit("backoff", i, c)
-            yield self.env.timeout(self.channel_rng.exponential(net.backoff))
-        self.emit("loss", i, c, "channel busy: gave up")
-        return False
+            wait = self.channel_rng.exponential(net.backoff)
+            self._timeout(wait, (i, c, epoch, done, attempt + 1)).callbacks.append(self._listened)
 
-    def request(self, i: int, c: int) -> Generator:
-        """Request mode: owner i asks for an exchange; the learner serves it if it can.
+    def _listened(self, event: simpy.Event) -> None:
+        self._listen(*event.value)
 
-        The exchange is query (downlink), private answer (uplink), update — unless the owner
-        drops out or a message is lost on the way.
-        """
-        env, training, busy = self.env, self.training, self.learner_busy
-        epoch = self.availability.epoch[i]
-        self._record(env.now, "request", i, None, None, c, None)
-        try:
-            if not (yield from self.uplink(i, c, epoch)):
-                return
-            if busy[c]:
-                self._record(env.now, "loss", i, None, None, c, "learner busy")
-                return
-            busy[c] = True
-            try:
-                theta_bar = training.query(i, env.now, c)
-                yield env.timeout(self._downlink)
-                if self._dropped(i, c, epoch):
-                    return
-                answer = training.answer(i, theta_bar, env.now, c)
-                if answer is None or not (yield from self.uplink(i, c, epoch)):
-                    return
-                if not self._dropped(i, c, epoch):
-                    self._apply(i, c, theta_bar, answer)
-            finally:
-                busy[c] = False
-        finally:
-            self.in_exchange[i] = False
+    def offline_since(self, i: int, epoch: int) -> bool:
+        """Whether owner i went offline since ``epoch`` was read (it may be back online)."""
+        return self._epoch[i] != epoch or self._holds[i] > 0
+
+    def lose_to_dropout(self, i: int, c: int) -> None:
+        """Log the loss of owner i's exchange because it went offline."""
+        self.emit("loss", i, c, "owner went offline")
 
     def _dropped(self, i: int, c: int, epoch: int) -> bool:
-        if self.availability.epoch[i] == epoch and not self.availability.holds[i]:
-            return False
-        self.emit("loss", i, c, "owner went offline")
-        return True
+        """Whether owner i went offline since ``epoch`` (then its exchange is lost, and logged)."""
+        if self.offline_since(i, epoch):
+            self.lose_to_dropout(i, c)
+            return True
+        return False
 
     def _apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
         self.training.apply(i, theta_bar, answer, self.env.now, c)
@@ -234,22 +230,7 @@ class Engine:
             if not responders:
                 self.emit("idle", -1, c)
                 continue
-            self.env.process(self.slot(c, responders))
-
-    def slot(self, c: int, responders: list[int]) -> Generator:
-        """All responders answer at once; they collide unless there is exactly one."""
-        epochs = {i: self.availability.epoch[i] for i in responders}
-        points = {i: self.training.query(i, self.env.now, c) for i in responders}
-        answers = {i: self.training.answer(i, points[i], self.env.now, c) for i in responders}
-        senders = [i for i in responders if answers[i] is not None]
-        results = [self.env.process(self.uplink(i, c, epochs[i])) for i in senders]
-        if results:
-            yield self.env.all_of(results)
-        # With collisions on, only a lone sender gets through; with them off, every delivered
-        # answer is applied in owner order (a receiver that decodes simultaneous messages).
-        for i, sent in zip(senders, results, strict=True):
-            if sent.value and not self._dropped(i, c, epochs[i]) and not self.done.triggered:
-                self._apply(i, c, points[i], answers[i])
+            Slot(self, c, responders).start()
 
     def _gone(self, owner: int) -> None:
         self._depart(owner, "no owner left")
@@ -291,3 +272,8 @@ def _uniforms(gen: np.random.Generator, block: int = 64):
     """Uniform [0, 1) variates drawn ``block`` at a time: the sequence of one call per variate."""
     while True:
         yield from gen.random(block).tolist()
+
+
+def _delivered(event: simpy.Event) -> None:
+    """A message's latency has passed: tell its sender it reached the learner."""
+    event.value(True)
