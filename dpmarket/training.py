@@ -80,7 +80,13 @@ class Training:
                channel: int | None = None) -> np.ndarray | None:
         """Owner i answers privately (charging its ledger) or refuses; both are logged."""
         self.time = time
-        return self._ask(owner, theta, time, channel)
+        who = self.owners[owner]
+        answer = who.respond(theta)
+        if answer is None:
+            self._record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
+        else:
+            self._record(time, "response", owner, None, who.epsilon_spent, channel, None)
+        return answer
 
     def apply(self, owner: int, theta_bar: np.ndarray, answer: np.ndarray, time: float,
               channel: int | None = None) -> None:
@@ -103,7 +109,7 @@ class Training:
         answers = []
         for owner in range(len(self.owners)):
             self.log.emit(Event(time, "query", owner))
-            answers.append(self._ask(owner, theta, time))
+            answers.append(self.answer(owner, theta, time))
         if any(a is None for a in answers):
             return False
         self.learner.update(np.array(answers))
@@ -112,16 +118,6 @@ class Training:
         if self.progress is not None:
             self.progress.update(1)
         return True
-
-    def _ask(self, owner: int, theta: np.ndarray, time: float,
-             channel: int | None = None) -> np.ndarray | None:
-        who = self.owners[owner]
-        answer = who.respond(theta)
-        if answer is None:
-            self._record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
-        else:
-            self._record(time, "response", owner, None, who.epsilon_spent, channel, None)
-        return answer
 
     def _measure(self) -> None:
         k = self.learner.k

@@ -34,6 +34,9 @@ from dpmarket.sim.channel import Channel
 from dpmarket.sim.exchange import Exchange, Slot
 from dpmarket.training import Training
 
+Arrived = Callable[[simpy.Event], None]  # a message reached the learner (a SimPy callback)
+Lost = Callable[[], None]  # a message was lost
+
 
 @dataclass
 class NetworkRun:
@@ -78,6 +81,11 @@ class Engine:
         self._sense, self._tau, self._latency = net.carrier_sense, net.transmission_time, net.latency
         self._loss = net.loss_probability
         self._downlink = net.transmission_time + net.latency  # the query's delivery
+        # uplink(i, c, epoch, arrived, lost): send one message of owner i on channel c, then
+        # arrived(event) once it reached the learner, or lost() (collision, random loss, or
+        # carrier sensing gave up or found the owner offline). Every stage is a SimPy event
+        # whose callback runs the next one: a message costs no process of its own.
+        self.uplink = self._sense_then_send if net.carrier_sense else self._send
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
@@ -143,38 +151,29 @@ class Engine:
         if len(self.departed) == self.N and not self.done.triggered:
             self.done.succeed(reason)
 
-    def uplink(self, i: int, c: int, epoch: int, done: Callable[[bool], None]) -> None:
-        """Send one message from owner i on channel c; ``done(True)`` once it reached the learner.
-
-        ``done(False)`` if it was lost: a collision, a random loss, or (carrier sensing) the
-        owner gave up or went offline while backing off. Every stage is a SimPy event whose
-        callback runs the next one, so a message costs no process of its own.
-        """
-        if self._sense:
-            self._listen(i, c, epoch, done, 0)
-        else:
-            self._transmit(i, c, done)
-
-    def _transmit(self, i: int, c: int, done: Callable[[bool], None]) -> None:
+    def _send(self, i: int, c: int, epoch: int, arrived: Arrived, lost: Lost) -> None:
+        """Put one message of owner i on channel c now (``uplink`` without carrier sensing)."""
         ticket = self.channels[c].start()
-        self._timeout(self._tau, (i, c, ticket, done)).callbacks.append(self._transmitted)
+        message = (i, c, ticket, arrived, lost)
+        self._timeout(self._tau, message).callbacks.append(self._transmitted)
 
     def _transmitted(self, event: simpy.Event) -> None:
         """The message leaves the air: collided, lost at random, or on its way (latency)."""
-        i, c, ticket, done = event.value
+        i, c, ticket, arrived, lost = event.value
         if not self.channels[c].finish(ticket):
             self._record(event.env.now, "collision", i, None, None, c, None)
-            done(False)
+            lost()
         elif self._loss and next(self._loss_draws) < self._loss:
             self._record(event.env.now, "loss", i, None, None, c, "random")
-            done(False)
+            lost()
         elif self._latency:
-            self._timeout(self._latency, done).callbacks.append(_delivered)
+            self._timeout(self._latency).callbacks.append(arrived)
         else:
-            done(True)
+            arrived(event)
 
-    def _listen(self, i: int, c: int, epoch: int, done: Callable[[bool], None], attempt: int) -> None:
-        """Carrier sensing: back off while the channel is busy; transmit once it is free.
+    def _sense_then_send(self, i: int, c: int, epoch: int, arrived: Arrived, lost: Lost,
+                         attempt: int = 0) -> None:
+        """Carrier sensing (``uplink``): back off while the channel is busy; send once it is free.
 
         At most ``max_attempts`` looks at the channel. Only an online owner puts a message on
         the air: one that went offline while backing off (its ``epoch`` changed) loses the
@@ -183,22 +182,19 @@ class Engine:
         net = self.net
         if attempt == net.max_attempts:
             self.emit("loss", i, c, "channel busy: gave up")
-            done(False)
+            lost()
         elif attempt and self._dropped(i, c, epoch):
-            done(False)
+            lost()
         elif not self.channels[c].busy:
-            self._transmit(i, c, done)
+            self._send(i, c, epoch, arrived, lost)
         else:
             self.emit("backoff", i, c)
             wait = self.channel_rng.exponential(net.backoff)
-            self._timeout(wait, (i, c, epoch, done, attempt + 1)).callbacks.append(self._listened)
+            retry = (i, c, epoch, arrived, lost, attempt + 1)
+            self._timeout(wait, retry).callbacks.append(self._backed_off)
 
-    def _listened(self, event: simpy.Event) -> None:
-        self._listen(*event.value)
-
-    def offline_since(self, i: int, epoch: int) -> bool:
-        """Whether owner i went offline since ``epoch`` was read (it may be back online)."""
-        return self._epoch[i] != epoch or self._holds[i] > 0
+    def _backed_off(self, event: simpy.Event) -> None:
+        self._sense_then_send(*event.value)
 
     def lose_to_dropout(self, i: int, c: int) -> None:
         """Log the loss of owner i's exchange because it went offline."""
@@ -206,10 +202,10 @@ class Engine:
 
     def _dropped(self, i: int, c: int, epoch: int) -> bool:
         """Whether owner i went offline since ``epoch`` (then its exchange is lost, and logged)."""
-        if self.offline_since(i, epoch):
-            self.lose_to_dropout(i, c)
-            return True
-        return False
+        if self._epoch[i] == epoch and not self._holds[i]:
+            return False
+        self.lose_to_dropout(i, c)
+        return True
 
     def _apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
         self.training.apply(i, theta_bar, answer, self.env.now, c)
@@ -273,7 +269,3 @@ def _uniforms(gen: np.random.Generator, block: int = 64):
     while True:
         yield from gen.random(block).tolist()
 
-
-def _delivered(event: simpy.Event) -> None:
-    """A message's latency has passed: tell its sender it reached the learner."""
-    event.value(True)

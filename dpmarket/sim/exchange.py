@@ -10,6 +10,7 @@ are those of the module docstring of :mod:`dpmarket.sim.engine`.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,15 +34,13 @@ class Exchange:
 
     def start(self) -> None:
         """The owner sends its request (the caller marked it as in an exchange)."""
-        engine = self.engine
-        engine._record(engine.env.now, "request", self.owner, None, None, self.channel, None)
-        engine.uplink(self.owner, self.channel, self.epoch, self._request_arrived)
+        engine, i, c = self.engine, self.owner, self.channel
+        engine._record(engine.env.now, "request", i, None, None, c, None)
+        engine.uplink(i, c, self.epoch, self._request_arrived, self._end)
 
-    def _request_arrived(self, delivered: bool) -> None:
+    def _request_arrived(self, _event: simpy.Event) -> None:
         """The learner serves the request if it is free on the channel: it sends θ̄."""
         engine, i, c = self.engine, self.owner, self.channel
-        if not delivered:
-            return self._end()
         if engine.learner_busy[c]:
             engine._record(engine.env.now, "loss", i, None, None, c, "learner busy")
             return self._end()
@@ -52,22 +51,25 @@ class Exchange:
     def _query_arrived(self, _event: simpy.Event) -> None:
         """The owner answers privately (or refuses) unless it went offline meanwhile."""
         engine, i, c = self.engine, self.owner, self.channel
-        if engine.offline_since(i, self.epoch):
-            engine.lose_to_dropout(i, c)
+        if self._offline():
             return self._end()
         self.answer = engine.training.answer(i, self.theta_bar, engine.env.now, c)
         if self.answer is None:
             return self._end()
-        engine.uplink(i, c, self.epoch, self._answer_arrived)
+        engine.uplink(i, c, self.epoch, self._answer_arrived, self._end)
 
-    def _answer_arrived(self, delivered: bool) -> None:
-        engine, i, c = self.engine, self.owner, self.channel
-        if delivered:
-            if engine.offline_since(i, self.epoch):
-                engine.lose_to_dropout(i, c)
-            else:
-                engine._apply(i, c, self.theta_bar, self.answer)
+    def _answer_arrived(self, _event: simpy.Event) -> None:
+        if not self._offline():
+            self.engine._apply(self.owner, self.channel, self.theta_bar, self.answer)
         self._end()
+
+    def _offline(self) -> bool:
+        """Whether the owner went offline since the request (the exchange is then lost, logged)."""
+        availability, i = self.engine.availability, self.owner
+        if availability.epoch[i] == self.epoch and not availability.holds[i]:
+            return False
+        self.engine.lose_to_dropout(i, self.channel)
+        return True
 
     def _end(self) -> None:
         """Free the learner (if this exchange held it) and the owner."""
@@ -95,14 +97,13 @@ class Slot:
     def start(self) -> None:
         """Every owner that answered transmits; the slot closes when all messages are done."""
         for i in self.senders:
-            self.engine.uplink(i, self.channel, self.epochs[i], self._receiver(i))
+            self.engine.uplink(i, self.channel, self.epochs[i], partial(self._receive, i, True),
+                               partial(self._receive, i, False))
 
-    def _receiver(self, owner: int):
-        def done(delivered: bool) -> None:
-            self.delivered[owner] = delivered
-            if len(self.delivered) == len(self.senders):
-                self._close()
-        return done
+    def _receive(self, owner: int, delivered: bool, _event: simpy.Event | None = None) -> None:
+        self.delivered[owner] = delivered
+        if len(self.delivered) == len(self.senders):
+            self._close()
 
     def _close(self) -> None:
         engine, c = self.engine, self.channel
