@@ -5,19 +5,19 @@ Run from the repository root:  python benchmarks/bench_engine.py [--quick]
 1. Event rate. The engine on ny_hospitals (request mode, collisions, losses, dropouts) against
    a bare SimPy loop with the same number of processes, each a Poisson clock doing nothing but
    time-outs, in the same run. Both rates count the events SimPy scheduled (its event-id
-   counter), divided by the CPU time of env.run in this process (so that other jobs on a
-   shared machine do not count; processes and random streams are created before the clock
-   starts, in both). Measured in interleaved rounds, best of each, so that a
-   busy machine slows all of them alike. Target: engine ≥ 0.5 × the bare loop's rate.
-   Two engine figures are printed:
+   counter), divided by the CPU time of this thread in env.run (so that neither other jobs nor
+   OpenBLAS threads left spinning by the data stage count; processes and random streams are
+   created before the clock starts, in both). The machine's speed drifts within seconds, so
+   each round measures all three back to back and the verdict is the median of the rounds'
+   ratios. Target: engine ≥ 0.5 × the bare loop's rate. Two engine figures are printed:
    - everything: the engine charged for all its work per event, including the numerical work
      of each exchange (query point, the owner's gradient and Laplace draw, the projected
      updates of Algorithm 1, ψ at the checkpoints) — the original definition;
    - scheduling layer: the same run with that arithmetic replaced by constants
      (strip_arithmetic), everything else kept: processes, channels, availability, the
      exchange protocol and its event-log rows, the privacy ledgers.
-   The arithmetic alone costs about as much as all the SimPy events (about 20 small numpy
-   calls per exchange at ~0.5 µs each, and ny_hospitals has ~10 SimPy events per exchange), so
+   The arithmetic alone costs more than all the SimPy events (about 20 small numpy calls per
+   exchange at ~0.6 µs each, and ny_hospitals has ~7 SimPy events per exchange), so
    "everything" cannot reach 0.5 even with a free engine; the benchmark prints that ceiling,
    bare / (bare + arithmetic), measured in the same run.
 2. ny_hospitals, 1,000 exchanges: the simulation (engine + learner; data generation excluded).
