@@ -467,3 +467,22 @@ def test_user_errors_cross_process_boundaries_intact():
                 BudgetExhaustedError(1, 0.5, 0.1, 0.55), ExperimentDirectoryError("d: other")):
         back = pickle.loads(pickle.dumps(err))
         assert type(back) is type(err) and str(back) == str(err)
+
+
+def _blas_threads() -> int:
+    """The most threads any BLAS library loaded in this process may use."""
+    from threadpoolctl import threadpool_info
+
+    return max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+
+def test_pool_workers_use_one_blas_thread_each():
+    """Two workers on two cores with a multithreaded BLAS each would oversubscribe the machine."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    np.ones((64, 64)) @ np.ones((64, 64))  # BLAS loaded in the parent, as before a sweep
+    with ProcessPoolExecutor(1, initializer=executors._init_worker,
+                             mp_context=executors._context()) as pool:
+        assert pool.submit(_blas_threads).result() == 1
+    with ProcessPoolExecutor(1, mp_context=executors._context()) as pool:  # without it
+        assert pool.submit(_blas_threads).result() == _blas_threads()

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
+from threadpoolctl import threadpool_limits
+
 from dpmarket.errors import DPMarketError
 from dpmarket.experiment.task import Task, run_task
 
@@ -51,15 +53,22 @@ def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", work
         raise ExecutorError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
 
 
-def _quiet_worker() -> None:
-    """Workers ignore Ctrl-C: the parent alone decides, so a keypress never kills a half task."""
+def _init_worker() -> None:
+    """Set up a pool worker: it ignores Ctrl-C and its BLAS uses one thread.
+
+    The parent alone decides on Ctrl-C, so a keypress never kills a half task. One BLAS thread
+    per worker because the pool already uses every core: OpenBLAS's own threads would
+    oversubscribe them and, spinning after each matrix product of the data stage, take CPU
+    from the other workers' simulations (as Dask does for its workers).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threadpool_limits(1)
 
 
 def _run_pool(tasks: list[Task], on_done: OnDone, workers: int) -> None:
     """A ProcessPoolExecutor of ``workers`` processes; on Ctrl-C, queued tasks are cancelled and
     the running ones finish and are saved before the interrupt goes on."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_quiet_worker, mp_context=_context())
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=_context())
     futures = {pool.submit(run_task, t): t for t in tasks}
     try:
         _drain(futures, on_done)
