@@ -71,10 +71,11 @@ def engine_for(path: Path, overrides: list[str], prepared: Prepared | None = Non
 def strip_arithmetic(training: Training) -> None:
     """Replace the numerical work of an exchange by constants, keeping everything else.
 
-    Gone: θ̄ = (θ_L + θ_i)/2, the owner's gradient and Laplace draw, the two projected steps of
-    Algorithm 1, ψ at the checkpoints. Kept: the SimPy processes, channels, availability, the
-    exchange protocol of :class:`Training` (its event-log rows, the sequence, the checkpoints'
-    bookkeeping) and every owner's privacy ledger (so refusals still happen).
+    Gone: θ̄ = (θ_L + θ_i)/2, the owner's gradient, its Laplace draw and their sum (the answer
+    becomes the float 0.0), the two projected steps of Algorithm 1, ψ at the checkpoints.
+    Kept: the SimPy processes, channels, availability, the exchange protocol of
+    :class:`Training` (its event-log rows, the sequence, the checkpoints' bookkeeping) and
+    every owner's privacy ledger (so refusals still happen).
     """
     learner, zero = training.learner, np.zeros(training.objective.p)
 
@@ -84,7 +85,7 @@ def strip_arithmetic(training: Training) -> None:
     learner.query_point, learner.update = (lambda owner: zero), update
     training.objective.psi = lambda theta: 0.0
     for owner in training.owners:
-        owner.exact_answer, owner.noise.draw = (lambda theta: zero), (lambda: zero)
+        owner.exact_answer, owner.noise.draw = (lambda theta: 0.0), (lambda: 0.0)
 
 
 def engine_rate(updates: int, learning: bool = True,
