@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from dpmarket.errors import _MISSING, ScenarioError
+from dpmarket.rng import in_blocks
 
 
 class Availability:
@@ -64,13 +65,14 @@ def alternating(av: Availability, owner: int, mean_online: float, mean_offline: 
     the fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on.
     """
     offline = gen.random() < mean_offline / (mean_online + mean_offline)
+    periods = in_blocks(gen.standard_exponential, 64)  # Exp(1) variates, scaled below
     while True:
         if offline:
             av.hold(owner)
-            yield av.env.timeout(gen.exponential(mean_offline))
+            yield av.env.timeout(mean_offline * next(periods))
             av.release(owner)
         offline = True
-        yield av.env.timeout(gen.exponential(mean_online))
+        yield av.env.timeout(mean_online * next(periods))
 
 
 def windows(av: Availability, owner: int,

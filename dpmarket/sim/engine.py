@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import simpy
@@ -59,6 +60,8 @@ class Engine:
         N = len(training.owners)
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
+        # clock waits drawn ahead per owner: about 16,384 floats in all, 16 to 256 per owner
+        self._block = max(16, min(256, 16_384 // N))
         self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
         self._channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
@@ -71,8 +74,8 @@ class Engine:
         self.channel_rng = streams.stream(scenario.seed, "channel")
         # Without carrier sensing the channel stream only decides random losses, so its
         # uniforms can be drawn in blocks (the same sequence); back-offs interleave other draws.
-        self._loss_draws = (_uniforms(self.channel_rng) if not self.net.carrier_sense
-                            else iter(self.channel_rng.random, None))
+        self._loss_draws = (streams.in_blocks(self.channel_rng.random, 1024)
+                            if not self.net.carrier_sense else iter(self.channel_rng.random, None))
         self.done = self.env.event()
         self.departed: set[int] = set()  # owners that will never answer again
         self._names = names
@@ -129,7 +132,7 @@ class Engine:
         owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self._record
         timeout, holds, busy = env.timeout, self.availability.holds, self.in_exchange
         broadcast = self.net.mode == "broadcast"
-        for wait in _exponentials(gen, 1.0 / self.rates[i]):
+        for wait in streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), self._block):
             yield timeout(wait)
             record(env.now, "tick", i, None, None, c, None)
             if holds[i] or busy[i]:
@@ -252,20 +255,4 @@ def run_network(scenario: Scenario, training: Training, names: list[str]) -> Net
     training.finish()
     downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])
     return NetworkRun(reason, engine.channels, downtime, engine.rates, engine.channel_of)
-
-
-def _exponentials(gen: np.random.Generator, scale: float, block: int = 32):
-    """Exponential(scale) variates, drawn ``block`` at a time.
-
-    numpy draws a block's variates one after another, so the sequence is exactly that of
-    one call per variate, at a fraction of the per-call cost.
-    """
-    while True:
-        yield from gen.exponential(scale, block).tolist()
-
-
-def _uniforms(gen: np.random.Generator, block: int = 64):
-    """Uniform [0, 1) variates drawn ``block`` at a time: the sequence of one call per variate."""
-    while True:
-        yield from gen.random(block).tolist()
 
