@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from functools import partial
+from itertools import islice
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,6 +30,7 @@ from dpmarket import privacy
 from dpmarket.errors import ScenarioError
 from dpmarket.events import COLUMNS
 from dpmarket.results import write_owners
+from dpmarket.rng import in_blocks, stream
 from dpmarket.run import execute
 from dpmarket.scenario import Scenario, load, validate
 from dpmarket.sim import availability as avail
@@ -803,3 +806,20 @@ def test_good_network_settings_are_accepted():
     assert [scenario.owner_value(i, "channel") for i in range(3)] == [1, 1, 0]
     assert [scenario.owner_value(i, "mean_online") for i in range(3)] == [3.0, 1.0, 1.0]
     assert [scenario.owner_value(i, "clock_rate") for i in range(3)] == [2.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("block", [1, 7, 64])
+def test_block_draws_give_exactly_the_scalar_sequences(block):
+    """Clocks, losses and availability draw ahead in blocks; the values must be those of
+    one scalar call per variate, so the block size can never change a run."""
+    def fresh():
+        return stream(5, "clocks", 3)
+
+    scalar = fresh()
+    assert list(islice(in_blocks(partial(fresh().exponential, 0.25), block), 200)) == [
+        scalar.exponential(0.25) for _ in range(200)]
+    scalar = fresh()
+    assert list(islice(in_blocks(fresh().random, block), 200)) == [scalar.random() for _ in range(200)]
+    scalar, blocks = fresh(), in_blocks(fresh().standard_exponential, block)
+    means = [20.0, 2.0] * 100  # availability: alternating online and offline means
+    assert [m * next(blocks) for m in means] == [scalar.exponential(m) for m in means]
