@@ -186,6 +186,10 @@ def print_event_rates(rates: dict[str, list[float]], updates: int) -> None:
         print(f"  {label:24s}{np.median(rates[key]):10,.0f} events/s   ratio {np.median(ratio):.2f} "
               f"(rounds {ratio.min():.2f}-{ratio.max():.2f})   target >= 0.5   "
               f"{ok[np.median(ratio) >= 0.5]}")
+    per_exchange = {key: np.median(events / np.array(rates[key])) / updates * 1e6
+                    for key in ("bare", "layer", "engine")}
+    print(f"  per exchange ({events / updates:.2f} SimPy events): bare loop {per_exchange['bare']:.1f} µs, "
+          f"scheduling layer {per_exchange['layer']:.1f} µs, everything {per_exchange['engine']:.1f} µs")
     arithmetic = events * (1 / np.array(rates["engine"]) - 1 / np.array(rates["layer"]))
     per_bare = events / bare
     print(f"  arithmetic of the exchanges: {np.median(arithmetic) / updates * 1e6:.1f} µs per exchange; "
