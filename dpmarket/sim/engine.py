@@ -56,7 +56,7 @@ class Engine:
     def __init__(self, scenario: Scenario, training: Training, names: list[str]) -> None:
         self.s, self.net, self.training = scenario, scenario.network, training
         self.env = simpy.Environment()
-        self._timeout = self.env.timeout
+        self.timeout = self.env.timeout  # every stage of every message schedules one
         N = len(training.owners)
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
@@ -79,11 +79,11 @@ class Engine:
         self.done = self.env.event()
         self.departed: set[int] = set()  # owners that will never answer again
         self._names = names
-        self._record = training.log.record
+        self.record = training.log.record  # a row of events.csv, given as Event's fields
         net = self.net  # settings read at every message, as plain Python values
         self._sense, self._tau, self._latency = net.carrier_sense, net.transmission_time, net.latency
         self._loss = net.loss_probability
-        self._downlink = net.transmission_time + net.latency  # the query's delivery
+        self.downlink = net.transmission_time + net.latency  # the query's delivery
         # uplink(i, c, epoch, arrived, lost): send one message of owner i on channel c, then
         # arrived(event) once it reached the learner, or lost() (collision, random loss, or
         # carrier sensing gave up or found the owner offline). Every stage is a SimPy event
@@ -92,7 +92,7 @@ class Engine:
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
-        self._record(self.env.now, kind, owner, None, None, channel, detail)
+        self.record(self.env.now, kind, owner, None, None, channel, detail)
 
     def _availability_changed(self, owner: int, online: bool) -> None:
         self.emit("reconnect" if online else "dropout", owner, self._channel[owner])
@@ -129,7 +129,7 @@ class Engine:
 
         This loop runs at every tick of every owner, so what it reads is bound to locals.
         """
-        owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self._record
+        owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self.record
         timeout, holds, busy = env.timeout, self.availability.holds, self.in_exchange
         broadcast = self.net.mode == "broadcast"
         for wait in streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), self._block):
@@ -158,19 +158,19 @@ class Engine:
         """Put one message of owner i on channel c now (``uplink`` without carrier sensing)."""
         ticket = self.channels[c].start()
         message = (i, c, ticket, arrived, lost)
-        self._timeout(self._tau, message).callbacks.append(self._transmitted)
+        self.timeout(self._tau, message).callbacks.append(self._transmitted)
 
     def _transmitted(self, event: simpy.Event) -> None:
         """The message leaves the air: collided, lost at random, or on its way (latency)."""
         i, c, ticket, arrived, lost = event.value
         if not self.channels[c].finish(ticket):
-            self._record(event.env.now, "collision", i, None, None, c, None)
+            self.record(event.env.now, "collision", i, None, None, c, None)
             lost()
         elif self._loss and next(self._loss_draws) < self._loss:
-            self._record(event.env.now, "loss", i, None, None, c, "random")
+            self.record(event.env.now, "loss", i, None, None, c, "random")
             lost()
         elif self._latency:
-            self._timeout(self._latency).callbacks.append(arrived)
+            self.timeout(self._latency).callbacks.append(arrived)
         else:
             arrived(event)
 
@@ -186,7 +186,7 @@ class Engine:
         if attempt == net.max_attempts:
             self.emit("loss", i, c, "channel busy: gave up")
             lost()
-        elif attempt and self._dropped(i, c, epoch):
+        elif attempt and self.dropped(i, c, epoch):
             lost()
         elif not self.channels[c].busy:
             self._send(i, c, epoch, arrived, lost)
@@ -194,23 +194,20 @@ class Engine:
             self.emit("backoff", i, c)
             wait = self.channel_rng.exponential(net.backoff)
             retry = (i, c, epoch, arrived, lost, attempt + 1)
-            self._timeout(wait, retry).callbacks.append(self._backed_off)
+            self.timeout(wait, retry).callbacks.append(self._backed_off)
 
     def _backed_off(self, event: simpy.Event) -> None:
         self._sense_then_send(*event.value)
 
-    def lose_to_dropout(self, i: int, c: int) -> None:
-        """Log the loss of owner i's exchange because it went offline."""
-        self.emit("loss", i, c, "owner went offline")
-
-    def _dropped(self, i: int, c: int, epoch: int) -> bool:
-        """Whether owner i went offline since ``epoch`` (then its exchange is lost, and logged)."""
+    def dropped(self, i: int, c: int, epoch: int) -> bool:
+        """Whether owner i went offline since ``epoch``; if so its exchange is lost (and logged)."""
         if self._epoch[i] == epoch and not self._holds[i]:
             return False
-        self.lose_to_dropout(i, c)
+        self.emit("loss", i, c, "owner went offline")
         return True
 
-    def _apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
+    def apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
+        """The learner agent applies owner i's delivered answer; the run ends at T updates."""
         self.training.apply(i, theta_bar, answer, self.env.now, c)
         if self.training.k >= self.T and not self.done.triggered:
             self.done.succeed("iterations")

@@ -35,23 +35,23 @@ class Exchange:
     def start(self) -> None:
         """The owner sends its request (the caller marked it as in an exchange)."""
         engine, i, c = self.engine, self.owner, self.channel
-        engine._record(engine.env.now, "request", i, None, None, c, None)
+        engine.record(engine.env.now, "request", i, None, None, c, None)
         engine.uplink(i, c, self.epoch, self._request_arrived, self._end)
 
     def _request_arrived(self, _event: simpy.Event) -> None:
         """The learner serves the request if it is free on the channel: it sends θ̄."""
         engine, i, c = self.engine, self.owner, self.channel
         if engine.learner_busy[c]:
-            engine._record(engine.env.now, "loss", i, None, None, c, "learner busy")
+            engine.record(engine.env.now, "loss", i, None, None, c, "learner busy")
             return self._end()
         engine.learner_busy[c] = self.holds_learner = True
         self.theta_bar = engine.training.query(i, engine.env.now, c)
-        engine._timeout(engine._downlink).callbacks.append(self._query_arrived)
+        engine.timeout(engine.downlink).callbacks.append(self._query_arrived)
 
     def _query_arrived(self, _event: simpy.Event) -> None:
         """The owner answers privately (or refuses) unless it went offline meanwhile."""
         engine, i, c = self.engine, self.owner, self.channel
-        if self._offline():
+        if engine.dropped(i, c, self.epoch):
             return self._end()
         self.answer = engine.training.answer(i, self.theta_bar, engine.env.now, c)
         if self.answer is None:
@@ -59,17 +59,11 @@ class Exchange:
         engine.uplink(i, c, self.epoch, self._answer_arrived, self._end)
 
     def _answer_arrived(self, _event: simpy.Event) -> None:
-        if not self._offline():
-            self.engine._apply(self.owner, self.channel, self.theta_bar, self.answer)
+        """The learner applies the answer unless the owner went offline meanwhile."""
+        engine, i, c = self.engine, self.owner, self.channel
+        if not engine.dropped(i, c, self.epoch):
+            engine.apply(i, c, self.theta_bar, self.answer)
         self._end()
-
-    def _offline(self) -> bool:
-        """Whether the owner went offline since the request (the exchange is then lost, logged)."""
-        availability, i = self.engine.availability, self.owner
-        if availability.epoch[i] == self.epoch and not availability.holds[i]:
-            return False
-        self.engine.lose_to_dropout(i, self.channel)
-        return True
 
     def _end(self) -> None:
         """Free the learner (if this exchange held it) and the owner."""
@@ -101,13 +95,15 @@ class Slot:
                                partial(self._receive, i, False))
 
     def _receive(self, owner: int, delivered: bool, _event: simpy.Event | None = None) -> None:
+        """One sender's message arrived or was lost; the last of them closes the slot."""
         self.delivered[owner] = delivered
         if len(self.delivered) == len(self.senders):
             self._close()
 
     def _close(self) -> None:
+        """Apply every delivered answer whose owner stayed online, in owner order."""
         engine, c = self.engine, self.channel
         for i in self.senders:
-            if (self.delivered[i] and not engine._dropped(i, c, self.epochs[i])
+            if (self.delivered[i] and not engine.dropped(i, c, self.epochs[i])
                     and not engine.done.triggered):
-                engine._apply(i, c, self.points[i], self.answers[i])
+                engine.apply(i, c, self.points[i], self.answers[i])
