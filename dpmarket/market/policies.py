@@ -48,12 +48,14 @@ def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | No
     members = np.zeros(s.count, bool) if start is None else start.copy()
     if budget is None:
         return members | willing
-    left = budget - float(np.sum(pay[members]))
-    order = np.argsort(-s.records / np.maximum(pay, 1e-300), kind="stable")
+    left = budget - (float(np.sum(pay[members])) if start is not None else 0.0)
+    order = np.argsort(-s.records / np.maximum(pay, 1e-300), kind="stable").tolist()
+    # Python lists: this greedy pass runs for every price a Stackelberg learner tries
+    taken, offers, pays = members.tolist(), willing.tolist(), pay.tolist()
     for i in order:
-        if willing[i] and not members[i] and pay[i] <= left:
-            members[i], left = True, left - pay[i]
-    return members
+        if offers[i] and not taken[i] and pays[i] <= left:
+            taken[i], left = True, left - pays[i]
+    return np.array(taken, dtype=bool)
 
 
 def _individual_offers(name: str, s: Sellers, f: Forecast, m: Market, eps: np.ndarray,
@@ -65,11 +67,16 @@ def _individual_offers(name: str, s: Sellers, f: Forecast, m: Market, eps: np.nd
     non-negative *after* it joins and every earlier joiner stays so too — a joiner with a
     small ε can raise ψ̂ under the forecast and so lower everyone's gain.
     """
+    return _finish(name, s, f, m, eps, pay, _takers(s, f, m, eps, pay), price)
+
+
+def _takers(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray) -> np.ndarray:
+    """Who takes individual offers (ε_i, pay_i): see :func:`_individual_offers`."""
     money = pay - s.cost(eps)
     members = _ration(s, pay, money >= 0, m.budget)
     if s.model_value > 0:
         members = _join_for_model(s, f, m, eps, pay, money, members)
-    return _finish(name, s, f, m, eps, pay, members, price)
+    return members
 
 
 def _join_for_model(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray,
@@ -95,9 +102,16 @@ def posted_price(s: Sellers, f: Forecast, m: Market, price: float | None = None)
     records per unit of payment first, while the budget lasts.
     """
     p = m.price if price is None else price
-    eps = np.asarray(s.cost.best_response(p, s.eps_min, s.eps_max), dtype=float)
-    eps = np.broadcast_to(eps, (s.count,)).astype(float)
-    return _individual_offers("posted_price", s, f, m, eps, p * eps, p)
+    eps, pay = _posted_offers(s, p)
+    return _individual_offers("posted_price", s, f, m, eps, pay, p)
+
+
+def _posted_offers(s: Sellers, price: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every owner's best-response ε at ``price`` per unit ε, and what it would be paid."""
+    eps = np.asarray(s.cost.best_response(price, s.eps_min, s.eps_max), dtype=float)
+    if eps.shape != (s.count,):  # one cost coefficient for everyone: one ε for everyone
+        eps = np.full(s.count, float(eps))
+    return eps, price * eps
 
 
 def record_price(s: Sellers, f: Forecast, m: Market) -> Outcome:
@@ -187,7 +201,11 @@ def stackelberg(s: Sellers, f: Forecast, m: Market) -> Outcome:
     plus the kinks where owners switch, then a bounded refinement around the best grid point.
     """
     def surplus(p: float) -> float:
-        return posted_price(s, f, m, price=p).surplus  # rationed within any budget
+        """posted_price(s, f, m, price=p).surplus, without building the whole outcome."""
+        eps, pay = _posted_offers(s, p)
+        members = _takers(s, f, m, eps, pay)  # rationed within any budget
+        psi = float(coalition_psi(f, eps, s.records, members)[0])
+        return learner_value(m.value, psi) - float(np.sum(np.where(members, pay, 0.0)))
 
     lo = float(np.min(s.cost.marginal(np.full(s.count, s.eps_min)))) / 4
     hi = float(np.max(s.cost.marginal(np.full(s.count, s.eps_max)))) * 4

@@ -73,6 +73,7 @@ def coalition_psi(forecast: Forecast, epsilons: np.ndarray, records: np.ndarray,
     safe = np.where(masks, np.asarray(epsilons, dtype=float), 1.0)  # non-members: any ε > 0
     inv = np.where(masks, safe**-2.0, 0.0).sum(axis=1)
     n = masks @ np.asarray(records, dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        psi = forecast.c0 + forecast.c1 * np.sqrt(inv) / n + forecast.c2 * inv / n**2
-    return np.where(masks.any(axis=1), psi, np.inf)
+    some = masks.any(axis=1)  # an empty coalition: ψ̂ = inf, without dividing by zero
+    n = np.where(some, n, 1.0)
+    psi = forecast.c0 + forecast.c1 * np.sqrt(inv) / n + forecast.c2 * inv / n**2
+    return np.where(some, psi, np.inf)
