@@ -65,7 +65,7 @@ def alternating(av: Availability, owner: int, mean_online: float, mean_offline: 
     the fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on.
     """
     offline = gen.random() < mean_offline / (mean_online + mean_offline)
-    periods = in_blocks(gen.standard_exponential, 64)  # Exp(1) variates, scaled below
+    periods = in_blocks(gen.standard_exponential, 16)  # Exp(1) variates, scaled below
     while True:
         if offline:
             av.hold(owner)
