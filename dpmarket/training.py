@@ -95,10 +95,8 @@ class Training:
         learner = self.learner
         learner.update(owner, theta_bar, answer)
         self.sequence.append(owner)
-        k = learner.k
-        self._record(time, "update", owner, k, None, channel, None)
-        if k < len(self.record_at) and self.record_at[k]:
-            self._measure()
+        self._record(time, "update", owner, learner.k, None, channel, None)
+        self._measure()
         if self.progress is not None:
             self.progress.update(1)
 
