@@ -81,7 +81,7 @@ class Engine:
         self._names = names
         self.record = training.log.record  # a row of events.csv, given as Event's fields
         net = self.net  # settings read at every message, as plain Python values
-        self._sense, self._tau, self._latency = net.carrier_sense, net.transmission_time, net.latency
+        self._tau, self._latency = net.transmission_time, net.latency
         self._loss = net.loss_probability
         self.downlink = net.transmission_time + net.latency  # the query's delivery
         # uplink(i, c, epoch, arrived, lost): send one message of owner i on channel c, then
