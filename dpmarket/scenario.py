@@ -91,7 +91,7 @@ class Table(_Strict):
     components: NonNegInt = 0
 
 
-SYNTHETIC_ONLY = ("kind", "owners", "records", "features", "shift", "label_noise", "seed")
+SYNTHETIC_ONLY = ("kind", "generator", "owners", "records", "features", "shift", "label_noise", "seed")
 TABLE_ONLY = ("path", "table")
 
 
@@ -100,6 +100,7 @@ class Data(_Strict):
 
     source: Literal["synthetic", "table"] = "synthetic"
     kind: Literal["length_of_stay", "interest_rate", "card_fraud"] = "interest_rate"
+    generator: Literal["whitened", "correlated"] = "whitened"
     owners: PosInt = 3
     records: PosInt | list[PosInt] | SizeDistribution = 10_000
     features: PosInt = 10
@@ -119,12 +120,16 @@ class Data(_Strict):
 
 
 class Model(_Strict):
-    """The convex model: loss ℓ, regulariser g(θ) = λθᵀθ, box Θ = {‖θ‖∞ ≤ θmax}."""
+    """The convex model: loss ℓ, regulariser g(θ) = λθᵀθ, box Θ = {‖θ‖∞ ≤ θmax}.
+
+    No intercept by default: the papers' model is y = θᵀx on whitened features with centred
+    labels, and a column of ones would make the Hessian badly conditioned.
+    """
 
     loss: Literal["squared", "logistic", "hinge"] = "squared"
     regularization: PosFloat = 1e-5
     theta_max: PosFloat = 1.0
-    intercept: bool = True
+    intercept: bool = False
 
 
 class Privacy(_Strict):

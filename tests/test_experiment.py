@@ -254,6 +254,9 @@ seed = 9
 owners = 3
 records = 300
 features = 3
+generator = "correlated"
+[model]
+intercept = true
 [learner]
 iterations = 1500
 rho = 3.0

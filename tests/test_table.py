@@ -299,7 +299,7 @@ def test_clipping_keeps_every_record_in_the_declared_bounds_and_xi_holds(tmp_pat
     df.loc[21:40, "y"] = -1e9
     path = write(df, tmp_path / "t.csv")
     opts = {"target": "cls", "label": "sign", "positive": ["yes"]} if loss != "squared" else {}
-    s = scenario(path, categorical=["cat"], model={"loss": loss}, **opts,
+    s = scenario(path, categorical=["cat"], model={"loss": loss, "intercept": True}, **opts,
                  data={"feature_bound": 0.5, "label_bound": 2.0})
     loaded = load_owners(s)
     Z = np.hstack([b[:-2] for b in loaded.blocks])

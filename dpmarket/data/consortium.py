@@ -43,7 +43,7 @@ def build_consortium(scenario: Scenario) -> Consortium:
     seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     d, m = scenario.data, scenario.model
     profile = synthetic.PROFILES[d.kind]
-    pop = synthetic.population(profile, d.features, streams.stream(seed, "data"))
+    pop = synthetic.population(profile, d.features, streams.stream(seed, "data"), d.generator)
     noise = profile.label_noise if d.label_noise is None else d.label_noise
     keep = m.loss != "squared" or scenario.privacy.sensitivity == "clip"
     sizes = synthetic.owner_sizes(scenario, seed)
@@ -51,7 +51,8 @@ def build_consortium(scenario: Scenario) -> Consortium:
     def make(i: int) -> OwnerData:
         block = synthetic.generate_owner(profile, pop, int(sizes[i]),
                                          scenario.owner_value(i, "shift"), d.feature_bound,
-                                         d.label_bound, noise, streams.stream(seed, "data", i))
+                                         d.label_bound, noise, streams.stream(seed, "data", i),
+                                         d.generator)
         return OwnerData.from_block(block, m.intercept, keep)
 
     # Each owner has its own stream, so threads change the speed, never the records. numpy

@@ -1,10 +1,21 @@
 """Synthetic data owners shaped like the papers' hospitals, banks and card issuers.
 
-Each kind is a small generative model ("profile"): correlated features standing in for the
-papers' PCA components, a linear signal, and label noise with the right shape (right-skewed
-for length of stay, tight for interest rates, an imbalanced class for fraud). Owners are not
-identically distributed: owner i's features are shifted by a random vector of standard
-deviation ``shift_i`` and, for regression, its labels by a random offset (a hospital effect).
+Each kind is a small generative model ("profile"): features standing in for the papers' PCA
+components, a linear signal, and label noise with the right shape (right-skewed for length of
+stay, tight for interest rates, an imbalanced class for fraud).
+
+Two generators (``data.generator``):
+
+- ``whitened`` (the default) follows the papers' pre-processing: PCA-whitened features, i.e.
+  independent coordinates of equal variance, and centred labels (no population intercept), so
+  the Hessian of f is well conditioned (condition number near 1) and Algorithm 1 converges in
+  the papers' T = 1,000 exchanges. Owners differ through their *coefficients*: owner i's labels
+  follow θ + δ_i with δ_i ~ N(0, (shift_i·rms(θ))² I), a hospital whose patients respond
+  differently; for classification its features shift along the fraud signature instead.
+- ``correlated`` is the generator of dpmarket ≤ 0.1: AR(1)-correlated features, a population
+  intercept, and owners whose features are shifted by a random vector of standard deviation
+  ``shift_i`` and whose labels by a random offset. Its Hessian has a condition number near
+  24 with an intercept column; it is kept so that earlier results can be reproduced.
 
 Every feature is clipped into ``[−X, X]`` and every regression label into ``[−Y, Y]`` by the
 owner before it answers, so the sensitivity bound of design §3 holds for any draw.
@@ -81,24 +92,72 @@ def draw_sizes(spec: ParetoSizes | LognormalSizes | UniformSizes, count: int,
     return np.clip(np.floor(raw), spec.minimum, cap).astype(np.int64)
 
 
-def population(profile: Profile, features: int, gen: np.random.Generator) -> Population:
-    """Draw the coefficients shared by every owner."""
+def population(profile: Profile, features: int, gen: np.random.Generator,
+               generator: str = "whitened") -> Population:
+    """Draw the coefficients shared by every owner (and, ``correlated`` only, an intercept)."""
     idx = np.arange(features)
     # Coefficients decay like the weights of successive principal components.
     coef = profile.signal * gen.uniform(0.3, 1.0, features) * gen.choice([-1.0, 1.0], features)
     coef *= 0.85 ** idx
-    return Population(coef, float(gen.uniform(-0.3, 0.3)))
+    intercept = float(gen.uniform(-0.3, 0.3))  # drawn either way: the same coefficients follow
+    return Population(coef, intercept if generator == "correlated" else 0.0)
+
+
+GENERATORS = ("whitened", "correlated")
 
 
 def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
-                   y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+                   y_bound: float, noise: float, gen: np.random.Generator,
+                   generator: str = "whitened") -> np.ndarray:
     """One owner's records as a block of shape (p + 2, n): features, a row of ones, labels.
 
     Records are stored one variable per row so every step below is a contiguous vector
     operation and the sufficient statistics are a single product ``block @ block.T``.
-    Features follow an AR(1) correlation across columns (like neighbouring principal
-    components), shifted per owner, and are clipped into ``[−x_bound, x_bound]``.
+    Features are clipped into ``[−x_bound, x_bound]`` and labels into ``[−y_bound, y_bound]``.
     """
+    if generator == "whitened":
+        return _whitened_owner(profile, pop, n, shift, x_bound, y_bound, noise, gen)
+    if generator != "correlated":
+        raise ValueError(f"Unknown generator {generator!r}; expected one of {', '.join(GENERATORS)}")
+    return _correlated_owner(profile, pop, n, shift, x_bound, y_bound, noise, gen)
+
+
+def _whitened_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
+                    y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+    """Independent features of equal variance; owners differ in their coefficients (regression)."""
+    p = len(pop.coef)
+    block = np.empty((p + 2, n))
+    X = block[:p]
+    gen.standard_normal(out=X)
+    X *= profile.feature_scale
+    block[p] = 1.0
+    if profile.task == "classification":
+        X += shift * profile.feature_scale * gen.standard_normal((p, 1))
+        return _classes(profile, pop, X, block, shift, x_bound, gen)
+    coef = pop.coef + shift * np.sqrt(np.mean(pop.coef**2)) * gen.standard_normal(p)
+    np.clip(X, -x_bound, x_bound, out=X)
+    y = block[p + 1]
+    np.dot(coef, X, out=y)
+    y += _label_noise(profile, noise, n, gen)
+    np.clip(y, -y_bound, y_bound, out=y)
+    return block
+
+
+def _classes(profile: Profile, pop: Population, X: np.ndarray, block: np.ndarray, shift: float,
+             x_bound: float, gen: np.random.Generator) -> np.ndarray:
+    """Labels ±1 of an imbalanced class whose features are shifted along the signature."""
+    n, p = X.shape[1], X.shape[0]
+    prior = np.log(profile.positive_rate / (1 - profile.positive_rate))
+    positive = gen.random(n) < _expit(prior + shift * gen.standard_normal())
+    X += pop.coef[:, None] * positive
+    np.clip(X, -x_bound, x_bound, out=X)
+    block[p + 1] = np.where(positive, 1.0, -1.0)
+    return block
+
+
+def _correlated_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
+                      y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+    """The generator of dpmarket ≤ 0.1: AR(1) features shifted per owner, a label offset."""
     p = len(pop.coef)
     block = np.empty((p + 2, n))
     X = block[:p]
@@ -111,12 +170,7 @@ def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bo
     X += shift * gen.standard_normal((p, 1))
     block[p] = 1.0
     if profile.task == "classification":
-        prior = np.log(profile.positive_rate / (1 - profile.positive_rate))
-        positive = gen.random(n) < _expit(prior + shift * gen.standard_normal())
-        X += pop.coef[:, None] * positive
-        np.clip(X, -x_bound, x_bound, out=X)
-        block[p + 1] = np.where(positive, 1.0, -1.0)
-        return block
+        return _classes(profile, pop, X, block, shift, x_bound, gen)
     np.clip(X, -x_bound, x_bound, out=X)
     y = block[p + 1]
     np.dot(pop.coef, X, out=y)
