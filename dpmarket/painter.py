@@ -36,7 +36,7 @@ def _warm() -> None:
 
     from dpmarket import plots as figures
 
-    figures.psi_against_k(figures.RunFigures("warm-up", [0, 1], [1.0, 0.5], 0.5, [0], 1),
+    figures.psi_against_k(figures.RunFigures("warm-up", [0, 1], [1.0, 0.5], 0.5, 0.8, [0], 1),
                           io.BytesIO())
 
 

@@ -28,6 +28,7 @@ class RunFigures:
     k: list[int]
     psi: list[float]
     own_psi_median: float
+    psi_zero: float  # ψ of the untrained model θ = 0, the yardstick a trained model must beat
     sequence: list[int]  # i_k per update; empty for synchronous learners
     owners: int
 
@@ -48,7 +49,8 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def psi_against_k(data: RunFigures, path: Path) -> None:
-    """ψ(θ_L,k) on a log axis against the iteration k, with the median own-data ψ for scale."""
+    """ψ(θ_L,k) on a log axis against the iteration k, with the median own-data ψ for scale and
+    ψ of the untrained model θ = 0, below which training has to go to be worth anything."""
     fig = Figure(figsize=(6.4, 4.0))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
     ax = fig.subplots()
@@ -57,6 +59,8 @@ def psi_against_k(data: RunFigures, path: Path) -> None:
         ax.semilogy(*zip(*points, strict=True), color="black", lw=1.4, label="ψ(θ_L,k)")
     ax.axhline(data.own_psi_median, color="tab:blue", ls="--", lw=1,
                label="median own-data ψ(θ_i*)")
+    if data.psi_zero > 0:  # ψ(0) = 0 only when θ* = 0: nothing to draw on a log axis
+        ax.axhline(data.psi_zero, color="tab:red", ls=":", lw=1.4, label="untrained model θ = 0")
     ax.set_yscale("log")
     # Plain "1e-02" tick labels: mathtext ones double the drawing time of this figure.
     ax.yaxis.set_major_formatter(ticker.LogFormatter())

@@ -175,7 +175,8 @@ def _esc(text: str) -> str:
 
 # Run figures, in the order shown, with their captions (drawn by dpmarket.plots / topology).
 RUN_FIGURES = (
-    ("psi.png", "ψ(θ_L,k) against the iteration k (log scale), with the median own-data ψ."),
+    ("psi.png", "ψ(θ_L,k) against the iteration k (log scale), with the median own-data ψ (dashed) "
+                "and ψ of the untrained model θ = 0 (dotted)."),
     ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
     ("topology.png", "The network: learner, channels and owners."),
 )
@@ -194,6 +195,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
     facts = {k: v for k, v in summary(result).items() if k != "wall_seconds"}
     owners = owner_rows(result)
     blocks: list[Block] = [
+        Text(yardstick_text(facts)),
         Text(result.scenario.description or ""),
         Heading("Summary"),
         Table("summary.json (wall time left out)", [{"key": k, "value": v} for k, v in facts.items()],
@@ -206,6 +208,17 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
     ]
     return write_report(directory, f"dpmarket run: {result.scenario.name} (seed {result.scenario.seed})",
                         blocks)
+
+
+def yardstick_text(facts: Mapping[str, Any]) -> str:
+    """The page's headline: final ψ against ψ of the untrained model θ = 0 and how many owners
+    benefit, with the warning when training did not beat θ = 0 (``facts``: summary.json)."""
+    from dpmarket.results import yardstick_warning
+
+    text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
+            f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
+    warning = yardstick_warning(facts["psi_final"], facts["psi_zero"])
+    return text if warning is None else f"{text}\n\nWarning: {warning}."
 
 
 def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:

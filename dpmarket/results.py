@@ -107,6 +107,7 @@ def figure_data(result: RunResult) -> dict:
     return {
         "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
+        "psi_zero": float(result.psi_zero),
         "sequence": [result.owners[k].index for k in result.training.sequence] if is_async(result) else [],
         "owners": len(result.consortium.names),
     }
@@ -185,7 +186,7 @@ def summary(result: RunResult) -> dict:
     return {
         "scenario": s.name, "seed": s.seed, "owners": len(result.consortium.names),
         "records": int(result.consortium.sizes.sum()), "iterations": t.k,
-        "psi_final": result.psi_final, "collisions": counts["collision"],
+        "psi_final": result.psi_final, "psi_zero": result.psi_zero, "collisions": counts["collision"],
         "dropouts": counts["dropout"],
         "wall_seconds": round(result.wall_seconds, 3),
         "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
@@ -275,10 +276,11 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
         *_data_lines(s.get("data")),
-        f"psi final     {s['psi_final']:.4g}   (median own-data ψ {s['own_psi_median']:.4g}; "
-        f"{s['owners_benefiting']} of {s['owners']} owners benefit)",
+        f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
+        f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit)",
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
+        *_yardstick_warning(s["psi_final"], s["psi_zero"]),
         *_stability_warning(s["step_curvature_max"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
@@ -318,6 +320,23 @@ def _data_lines(report: dict | None) -> list[str]:
             f"features; clipped {report['feature_values_clipped']:,} feature values "
             f"({report['records_with_clipped_features']:,} records), {report['labels_clipped']:,} "
             f"labels; {unseen:,} category values unseen in the hold-out"]
+
+
+def yardstick_warning(psi_final: float, psi_zero: float) -> str | None:
+    """The sentence saying that training did not beat the untrained model θ = 0, or None.
+
+    A private model is only worth training where its ψ is below ψ(0); at or above it, the noise
+    (or too large a step) has outweighed everything the owners' answers taught the learner.
+    """
+    if not psi_final >= psi_zero:  # also None when either is NaN
+        return None
+    return (f"the trained model is no better than the untrained θ = 0 (psi {psi_final:.4g} ≥ "
+            f"{psi_zero:.4g}): raise privacy.epsilon or revisit learner.rho")
+
+
+def _yardstick_warning(psi_final: float, psi_zero: float) -> list[str]:
+    warning = yardstick_warning(psi_final, psi_zero)
+    return [] if warning is None else [f"warning       {warning}"]
 
 
 def _stability_warning(curvature: float | None) -> list[str]:

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,12 @@ class RunResult:
     def psi_final(self) -> float:
         """ψ of the published model at the end of the run."""
         return self.training.metrics.psi[-1]
+
+    @cached_property
+    def psi_zero(self) -> float:
+        """ψ of the untrained model θ = 0 on the whole consortium's f: the honest yardstick, since
+        a private model is only worth training where its ψ is below this."""
+        return self.objective.psi(np.zeros(self.objective.p))
 
 
 def sensitivity(scenario: Scenario, consortium: Consortium) -> float:

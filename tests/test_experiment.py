@@ -307,7 +307,7 @@ def test_sweep_statistics_are_numpys_on_the_saved_replications(tmp_path):
     rows = read_csv(out / "sweep.csv")
     assert list(rows[0]) == ["cell", "privacy.epsilon", "data.records", "replications", "owners",
                              "records", "epsilon_harmonic", "psi_mean", "psi_median", "psi_q25",
-                             "psi_q75", "psi_std", "own_psi_first", "own_psi_median",
+                             "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
                              "benefit_share_mean", "forecast"]
     eps_all, n_all, mean_all = [], [], []
     for cell, row in zip(p.cells, rows, strict=True):

@@ -42,7 +42,7 @@ def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
         f"{s['replications']} replications, {s['reused_replications']} reused",
         f"owners        {s['owners']}  records {s['records']:,}",
         f"psi final     median {s['psi_median']:.4g} [25-75 %: {s['psi_q25']:.4g} … {s['psi_q75']:.4g}]"
-        f"  mean {s['psi_mean']:.4g}",
+        f"  mean {s['psi_mean']:.4g}  (untrained θ = 0: {s['psi_zero']:.4g})",
         f"own-data psi  first owner {s['own_psi_first']:.4g}, median {s['own_psi_median']:.4g}; "
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
         f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",

@@ -17,7 +17,7 @@ from dpmarket.experiment.grid import Axis, Cell
 from dpmarket.market.forecast import Forecast, calibrate
 
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
-                 "psi_q25", "psi_q75", "psi_std", "own_psi_first", "own_psi_median",
+                 "psi_q25", "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
                  "benefit_share_mean", "forecast")
 REPLICATION_COLUMNS = ("replication", "seed", "psi_final", "iterations", "stop_reason", "collisions",
                        "dropouts", "losses", "refusals", "simulated_time", "owners_benefiting")
@@ -43,6 +43,13 @@ def epsilon_harmonic(epsilons: np.ndarray) -> float:
     return float(np.sqrt(len(epsilons) / np.sum(np.asarray(epsilons, dtype=float) ** -2.0)))
 
 
+def cell_psi_zero(records: list[dict]) -> float:
+    """ψ of the untrained model θ = 0 on the cell's data, the yardstick its ψ must beat: one number
+    per cell, since its replications share one dataset. NaN when every record was saved by a
+    dpmarket that did not record it (a resumed older experiment)."""
+    return next((float(r["psi_zero"]) for r in records if "psi_zero" in r), float("nan"))
+
+
 def cell_summary(records: list[dict]) -> dict[str, Any]:
     """The sweep.csv statistics of one cell (its records share one dataset, so one owner table)."""
     owners = records[0]["owners"]
@@ -51,6 +58,7 @@ def cell_summary(records: list[dict]) -> dict[str, Any]:
     share = np.mean(own[None, :] > psi[:, None], axis=1)  # per replication: owners that benefit
     return {"replications": len(records), "owners": len(own), "records": int(sum(owners["records"])),
             "epsilon_harmonic": epsilon_harmonic(owners["epsilon"]), **psi_stats(psi),
+            "psi_zero": cell_psi_zero(records),
             "own_psi_first": float(own[0]), "own_psi_median": float(np.median(own)),
             "benefit_share_mean": float(np.mean(share))}
 

@@ -89,7 +89,8 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared) -> di
     counts, m = result.training.log.counts, result.training.metrics
     record = {
         "cell": task.cell, "replication": replication, "seed": seed,
-        "psi_final": float(result.psi_final), "iterations": int(result.training.k),
+        "psi_final": float(result.psi_final), "psi_zero": float(result.psi_zero),
+        "iterations": int(result.training.k),
         "stop_reason": result.stop_reason, "collisions": counts["collision"],
         "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
         "simulated_time": float(result.training.time),
