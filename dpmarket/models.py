@@ -77,6 +77,11 @@ class OwnerData:
             raise ValueError("records were not kept for this owner (only sufficient statistics)")
         return self.Z, self.y
 
+    @cached_property
+    def row_l1(self) -> np.ndarray:
+        """‖z_j‖₁ of every record: a margin loss's per-example gradient has L1 norm |ℓ'|·‖z_j‖₁."""
+        return np.abs(self.records()[0]).sum(axis=1)
+
 
 class Loss(ABC):
     """Interface of a per-example loss ℓ(θ; z, y) with its (sub)gradient and sensitivity bound."""
@@ -92,6 +97,21 @@ class Loss(ABC):
         """(1/n_i) Σ ∇ℓ(θ; z, y): the owner's exact answer to a gradient query."""
         Z, y = data.records()
         return Z.T @ self.dmargin(Z @ theta, y) / data.n
+
+    def clipped_mean_grad(self, theta: np.ndarray, data: OwnerData, bound: float) -> np.ndarray:
+        """(1/n_i) Σ of the per-example gradients ℓ'(θᵀz_j)·z_j, each clipped to L1 norm ``bound``.
+
+        Every loss here is a function of the margin, so clipping scales the scalar ℓ' of each
+        record and the answer is one pass over the records, not an (n, p) gradient matrix.
+        """
+        Z, y = data.records()
+        d = clip_margins(self.dmargin(Z @ theta, y), data.row_l1, bound)
+        return Z.T @ d / data.n
+
+    def clipped_count(self, theta: np.ndarray, data: OwnerData, bound: float) -> int:
+        """How many of the owner's per-example gradients at θ exceed L1 norm ``bound``."""
+        Z, y = data.records()
+        return int(np.sum(np.abs(self.dmargin(Z @ theta, y)) * data.row_l1 > bound))
 
     def per_example_grads(self, theta: np.ndarray, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Rows ∇ℓ(θ; z_j, y_j), shape (n, p)."""
@@ -162,6 +182,17 @@ class HingeLoss(Loss):
 
     def l1_sensitivity(self, z_l1: float, y_max: float, theta_max: float) -> float:
         return z_l1
+
+
+CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never ends above the bound
+
+
+def clip_margins(d: np.ndarray, row_l1: np.ndarray, bound: float) -> np.ndarray:
+    """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖₁ ≤ bound, with a 10⁻¹² margin so that the rounded
+    L1 norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
+    with np.errstate(divide="ignore"):
+        limit = (bound * (1.0 - CLIP_MARGIN)) / row_l1  # a record with z = 0: no limit
+    return np.clip(d, -limit, limit)
 
 
 def _expit(x: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpmarket.models import Loss, OwnerData
-from dpmarket.privacy import Accountant, LaplaceNoise, clip_l1, laplace_scale
+from dpmarket.privacy import Accountant, LaplaceNoise, laplace_scale
 
 
 class DataOwner:
@@ -32,8 +32,7 @@ class DataOwner:
         """Q_i(θ) before noise (with per-example clipping when the owner clips)."""
         if self.clip is None:
             return self.loss.mean_grad(theta, self.data)
-        Z, y = self.data.records()
-        return clip_l1(self.loss.per_example_grads(theta, Z, y), self.clip).mean(axis=0)
+        return self.loss.clipped_mean_grad(theta, self.data, self.clip)
 
     def respond(self, theta: np.ndarray) -> np.ndarray | None:
         """The DP answer Q_i(θ) + w, or None (a refusal) when the budget cannot cover it."""

@@ -51,9 +51,10 @@ def answer_cap(split: str, iterations: int, share: float, cap: int | None,
 
 
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
-    """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping)."""
+    """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping), with
+    the 10⁻¹² margin of :func:`dpmarket.models.clip_margins` so rounding cannot end above it."""
     norms = np.abs(grads).sum(axis=1)
-    factor = np.minimum(1.0, bound / np.maximum(norms, np.finfo(float).tiny))
+    factor = np.minimum(1.0, bound * (1.0 - 1e-12) / np.maximum(norms, np.finfo(float).tiny))
     return grads * factor[:, None]
 
 

@@ -18,13 +18,14 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
-from dpmarket.errors import MarketError
+from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
 from dpmarket.models import Objective, make_loss
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
 from dpmarket.scenario import OwnerSpec, Scenario
+from dpmarket.stepsize import StepSize, resolve_step
 from dpmarket.training import Training, make_learner, record_points, run_uniform
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class RunResult:
     step_curvature: float | None = None
     network: NetworkRun | None = None  # the SimPy engine's report, None in the ideal network
     market: MarketStage | None = None  # the market's outcome, None without a [market] section
+    step: StepSize | None = None  # ρ, where it came from, its public stability number
 
     @property
     def psi_final(self) -> float:
@@ -61,11 +63,48 @@ class RunResult:
 
 
 def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
-    """Ξ: the clipping bound, or the bound derived from the declared data domain (design §3)."""
-    if scenario.privacy.sensitivity == "clip":
-        return float(scenario.privacy.clip)
+    """Ξ: the clipping bound, or the bound derived from the declared data domain (design §3).
+
+    ``privacy.clip = "auto"`` takes the bound from the public proxy (a quantile of its
+    per-example gradient norms), never above the declared-domain bound, which already holds.
+    """
     loss = make_loss(scenario.model.loss)
-    return loss.l1_sensitivity(consortium.z_l1, consortium.y_max, scenario.model.theta_max)
+    bound = loss.l1_sensitivity(consortium.z_l1, consortium.y_max, scenario.model.theta_max)
+    p = scenario.privacy
+    if p.sensitivity != "clip":
+        return _finite(bound, "data.feature_bound", scenario)
+    if p.clip != "auto":
+        return float(p.clip)
+    from dpmarket.data.proxy import public_info  # deferred: builds the twin only when needed
+
+    clip = public_info(scenario, consortium).clip_bound(p.clip_quantile)
+    if not clip > 0:
+        raise ScenarioError(scenario.name, "privacy.clip", "auto",
+                            f"the proxy's {p.clip_quantile} quantile of gradient norms is {clip!r}: "
+                            "raise privacy.clip_quantile or give a number")
+    return min(clip, _finite(bound, "data.feature_bound", scenario))
+
+
+def _finite(value: float, key: str, scenario: Scenario) -> float:
+    """``value`` if finite, else a ScenarioError naming ``key`` (a derived quantity overflowed)."""
+    if not np.isfinite(value):
+        raise ScenarioError(scenario.name, key, _short_value(scenario, key),
+                            f"makes a derived quantity non-finite ({value!r})")
+    return float(value)
+
+
+def _short_value(scenario: Scenario, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(scenario, section), name)
+
+
+def query_shares(scenario: Scenario, members: np.ndarray) -> np.ndarray:
+    """Each member's share of the exchanges, λ_i/Σλ over the members (all 1 for synchronous
+    learners, where every owner answers every round): what the capped split sizes m_i from."""
+    if scenario.learner.algorithm != "async":
+        return np.ones(len(members))
+    rates = np.array([scenario.owner_value(int(i), "clock_rate") for i in members], dtype=float)
+    return rates / rates.sum()
 
 
 def build_owners(scenario: Scenario, consortium: Consortium, objective: Objective,
@@ -78,17 +117,17 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
     whoever else takes part, so policies are compared on common random numbers.
     """
     members = np.arange(len(consortium.owners)) if members is None else np.asarray(members)
-    N, T = len(members), scenario.learner.iterations
+    T = scenario.learner.iterations
     xi = sensitivity(scenario, consortium)
-    share = 1.0 if scenario.learner.algorithm != "async" else 1.0 / N
+    shares = query_shares(scenario, members)
+    clip = xi if scenario.privacy.sensitivity == "clip" else None
     owners = []
-    for i in map(int, members):
+    for i, share in zip(map(int, members), shares.tolist(), strict=True):
         eps = scenario.owner_value(i, "epsilon") if epsilons is None else float(epsilons[i])
         cap = answer_cap(scenario.privacy.split, T, share, scenario.owner_value(i, "cap"),
                          scenario.privacy.cap_quantile)
         owners.append(DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
-                                eps, cap, xi, streams.stream(scenario.seed, "noise", i),
-                                scenario.privacy.clip))
+                                eps, cap, xi, streams.stream(scenario.seed, "noise", i), clip))
     return owners
 
 
@@ -118,6 +157,7 @@ class Trained:
     training: Training
     network: NetworkRun | None
     curvature: float | None
+    step: StepSize
 
 
 def train(scenario: Scenario, consortium: Consortium, objective: Objective,
@@ -131,7 +171,8 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     owners = build_owners(scenario, consortium, objective, members, epsilons)
     lr, m = scenario.learner, scenario.model
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
-    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, lr.rho,
+    step = resolve_step(scenario, consortium, sizes)
+    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho,
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
     ids = [o.index for o in owners]
     view = member_view(scenario, ids, consortium.names)
@@ -141,7 +182,7 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
                             record_points(lr.iterations, scenario.output.metric_points), bar)
         network = simulate(view, training, [o.name for o in owners])
     curvature = step_curvature(learner, objective, owners) if isinstance(learner, AsyncLearner) else None
-    return Trained(owners, training, network, curvature)
+    return Trained(owners, training, network, curvature, step)
 
 
 def member_view(scenario: Scenario, members: list[int], names: list[str]) -> Scenario:
@@ -189,7 +230,8 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
-                     prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market)
+                     prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market,
+                     run.step)
 
 
 def _bar(total: int, enabled: bool):

@@ -133,22 +133,34 @@ class Model(_Strict):
 
 
 class Privacy(_Strict):
-    """Owners' budgets and how each answer is made private."""
+    """Owners' budgets and how each answer is made private.
+
+    ``clip = "auto"`` takes the L1 clip bound from public information: the ``clip_quantile`` of
+    the per-example gradient norms at the optimum of the public proxy (dpmarket/data/proxy.py).
+    """
 
     epsilon: PosFloat = 1.0
     split: Literal["horizon", "capped"] = "horizon"
     cap: PosInt | None = None
     cap_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.999
     sensitivity: Literal["bounds", "clip"] = "bounds"
-    clip: PosFloat | None = None
+    clip: PosFloat | Literal["auto"] | None = None
+    clip_quantile: Annotated[float, Field(gt=0, le=1)] = 0.999
 
 
 class Learner(_Strict):
-    """The learning algorithm, its horizon T and step constant ρ."""
+    """The learning algorithm, its horizon T and step constant ρ.
+
+    ``rho = "auto"`` derives ρ from public information (dpmarket/stepsize.py): large enough that
+    the noise-free floor's slowest mode decays by exp(−2·``auto_decay``) within T exchanges,
+    and at most ``auto_stability`` times the owners' stability limit.
+    """
 
     algorithm: Literal["async", "sync", "sync_averaged"] = "async"
     iterations: PosInt = 1000
-    rho: PosFloat = 1.0
+    rho: PosFloat | Literal["auto"] = "auto"
+    auto_decay: PosFloat = 5.0
+    auto_stability: Annotated[float, Field(gt=0, le=1)] = 0.5
     theta_l_step: Literal["printed", "proof"] = "printed"
     weighting: Literal["none", "inverse_frequency"] = "none"
 
@@ -415,6 +427,20 @@ def _check_consistency(s: Scenario, source: str) -> None:
         for i, o in enumerate(s.owners):
             if o.cap is not None:
                 fail(f"owners.{i}.cap", o.cap, "only used with privacy.split = 'capped'")
+    _check_auto(s, fail)
+
+
+def _check_auto(s: Scenario, fail) -> None:
+    """``"auto"`` needs something to derive from: a smooth loss and the asynchronous learner."""
+    lr = s.learner
+    if lr.rho != "auto":
+        return
+    if lr.algorithm != "async":
+        fail("learner.rho", "auto", f"is derived for Algorithm 1 (async); learner.algorithm = "
+             f"{lr.algorithm!r} needs a number")
+    if s.model.loss == "hinge":
+        fail("learner.rho", "auto", "the hinge loss has no curvature bound to derive a step from; "
+             "give a number")
 
 
 def is_classification(s: Scenario) -> bool:

@@ -29,6 +29,7 @@ class Consortium:
     z_l1: float  # sup ‖z‖₁ over the declared domain (features, plus the intercept's 1)
     y_max: float  # sup |y| over the declared domain
     report: dict | None = None  # table data: what was read, held out, dropped, clipped (summary)
+    holdout: np.ndarray | None = None  # table data: the public rows as one record block
 
     @property
     def sizes(self) -> np.ndarray:
@@ -36,16 +37,25 @@ class Consortium:
         return np.array([o.n for o in self.owners], dtype=np.int64)
 
 
-def build_consortium(scenario: Scenario) -> Consortium:
-    """Every owner's records for ``scenario``: read from a table, or generated (deterministic)."""
+def keeps_records(scenario: Scenario) -> bool:
+    """Whether owners keep their records: other losses than squared, and per-example clipping
+    (squared loss with bounds-derived sensitivity lives on sufficient statistics alone)."""
+    return scenario.model.loss != "squared" or scenario.privacy.sensitivity == "clip"
+
+
+def build_consortium(scenario: Scenario, keep_records: bool | None = None) -> Consortium:
+    """Every owner's records for ``scenario``: read from a table, or generated (deterministic).
+
+    ``keep_records`` overrides :func:`keeps_records` (the public proxy needs its records).
+    """
+    keep = keeps_records(scenario) if keep_records is None else keep_records
     if scenario.data.source == "table":
-        return _from_table(scenario)
+        return _from_table(scenario, keep)
     seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     d, m = scenario.data, scenario.model
     profile = synthetic.PROFILES[d.kind]
     pop = synthetic.population(profile, d.features, streams.stream(seed, "data"), d.generator)
     noise = profile.label_noise if d.label_noise is None else d.label_noise
-    keep = m.loss != "squared" or scenario.privacy.sensitivity == "clip"
     sizes = synthetic.owner_sizes(scenario, seed)
 
     def make(i: int) -> OwnerData:
@@ -70,14 +80,13 @@ def build_consortium(scenario: Scenario) -> Consortium:
     return Consortium(names, owners, z_l1, y_max)
 
 
-def _from_table(scenario: Scenario) -> Consortium:
+def _from_table(scenario: Scenario, keep: bool) -> Consortium:
     """Owners read from ``data.path``; the bounds are the declared ones, enforced by clipping."""
     from dpmarket.data.table import load_owners  # deferred: synthetic runs never need it
 
     d, m = scenario.data, scenario.model
     loaded = load_owners(scenario)
-    keep = m.loss != "squared" or scenario.privacy.sensitivity == "clip"
     owners = [OwnerData.from_block(b, m.intercept, keep) for b in loaded.blocks]
     y_max = 1.0 if d.table.label == "sign" else d.label_bound
     z_l1 = loaded.transform.p * d.feature_bound + (1.0 if m.intercept else 0.0)
-    return Consortium(loaded.names, owners, z_l1, y_max, loaded.report)
+    return Consortium(loaded.names, owners, z_l1, y_max, loaded.report, loaded.holdout)

@@ -42,6 +42,7 @@ class TableOwners:
     blocks: list[np.ndarray]
     transform: PublicTransform
     report: dict
+    holdout: np.ndarray | None = None  # the public rows as one block, transformed and clipped
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,9 @@ def load_owners(scenario: Scenario) -> TableOwners:
                                  spec.label == "sign")
     bounds = np.cumsum([0] + [len(g) for g in groups])
     blocks = [_block(X[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    public = parsed.take(np.flatnonzero(public & parsed.keep))
+    hx, hy, _ = _transformed(transform, public, transform.codes(public), d.feature_bound,
+                             d.label_bound, spec.label == "sign")
     report = {"data_path": path, "rows_read": n, "holdout_rows": held,
               "rows_dropped_missing": int(np.sum(~parsed.keep)),
               "missing_by_column": parsed.missing_by_column, **dropped,
@@ -85,7 +89,7 @@ def load_owners(scenario: Scenario) -> TableOwners:
               "unseen_categories": _unseen(transform, codes, spec.categorical),
               "constant_in_holdout": list(transform.constant_columns),
               "pca_variance_explained": transform.variance_explained}
-    return TableOwners(_named(scenario, names, path), blocks, transform, report)
+    return TableOwners(_named(scenario, names, path), blocks, transform, report, _block(hx, hy))
 
 
 def _fit_on_holdout(scenario: Scenario, parsed: Parsed, held: np.ndarray) -> tuple[PublicTransform, int]:

@@ -1,0 +1,176 @@
+"""The public proxy of the owners' data: what the learner may use to set its own parameters.
+
+Every learner parameter (the step ρ, the clip bound, the forecast's pilot runs) must come from
+public information. A parameter computed from the owners' records would publish a function of
+them outside the DP accounting (the published model, or the market's prices, would then depend
+on the records through a channel no ε pays for). The proxy is a stand-in dataset with the
+owners' sizes, which are public in dpmarket:
+
+- synthetic owners: a *twin* drawn from the same generator and settings (the declared
+  distribution) with another data seed, so it shares none of the owners' draws — neither their
+  records nor the population's coefficients;
+- table owners: the public hold-out (the rows the learner may know), split into owners of the
+  same sizes for pilot runs; the curvature needs only the hold-out as a whole.
+
+:class:`PublicInfo` condenses the proxy into what the learner's parameters need: a bound on
+one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights, and the
+per-example gradient norms at the proxy's optimum (for the clip bound).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmarket.data.consortium import Consortium, build_consortium, keeps_records
+from dpmarket.errors import ScenarioError
+from dpmarket.models import Objective, OwnerData, make_loss
+from dpmarket.scenario import Scenario
+
+TWIN_KEY = 0x7477696E  # "twin": mixed into the data seed to draw the public twin
+CURVATURE_SCALE = {"squared": 2.0, "logistic": 0.25}  # ℓ'' ≤ this, so ∇²(data term) ≼ scale·ZᵀZ/n
+
+
+def data_seed(scenario: Scenario) -> int:
+    """The seed the owners' records are drawn with (``data.seed``, else the run seed)."""
+    return scenario.seed if scenario.data.seed is None else scenario.data.seed
+
+
+def twin_seed(seed: int) -> int:
+    """The data seed of the public twin of owners drawn with ``seed`` (never equal to it)."""
+    state = np.random.SeedSequence((int(seed), TWIN_KEY)).generate_state(2, np.uint32)
+    twin = int(state[0]) << 31 | int(state[1]) >> 1
+    return twin if twin != seed else twin + 1
+
+
+def twin_scenario(scenario: Scenario) -> Scenario:
+    """``scenario`` with its data drawn from the twin seed (same sizes, shifts and settings)."""
+    data = scenario.data.model_copy(update={"seed": twin_seed(data_seed(scenario))})
+    return scenario.model_copy(update={"data": data})
+
+
+def proxy_consortium(scenario: Scenario, consortium: Consortium) -> Consortium:
+    """The public stand-in for ``consortium``: owners of the same sizes and names, public data."""
+    if scenario.data.source == "synthetic":
+        return build_consortium(twin_scenario(scenario))
+    return _holdout_owners(scenario, consortium)
+
+
+def _holdout_owners(scenario: Scenario, consortium: Consortium) -> Consortium:
+    """The hold-out's rows split, in file order, into owners of the owners' sizes."""
+    block, sizes = consortium.holdout, consortium.sizes
+    rows = 0 if block is None else block.shape[1]
+    if rows < int(sizes.sum()):
+        raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
+                            scenario.data.table.holdout,
+                            f"the public proxy needs {int(sizes.sum()):,} hold-out rows (the owners' "
+                            f"records) but has {rows:,}: enlarge the hold-out, or set "
+                            "market.pilots.data = 'owners' (an oracle that reads the private records)")
+    keep = keeps_records(scenario)
+    cuts = np.cumsum([0, *map(int, sizes)])
+    owners = [OwnerData.from_block(np.ascontiguousarray(block[:, a:b]), scenario.model.intercept, keep)
+              for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return Consortium(list(consortium.names), owners, consortium.z_l1, consortium.y_max)
+
+
+@dataclass(frozen=True)
+class PublicInfo:
+    """What the proxy tells the learner; every field is public by construction."""
+
+    source: str  # where it came from, for the summary
+    owner_curvature: float  # L̂: the largest curvature of one owner's data term on the proxy
+    eigenvalues: np.ndarray  # h_j of ∇²f on the proxy (ascending), 2λ included
+    floor_weights: np.ndarray  # h_j e_j² / (2 f*) on the proxy: the floor law's weights
+    gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted
+
+    def clip_bound(self, quantile: float) -> float:
+        """The ``quantile`` of the proxy's per-example gradient norms at its optimum."""
+        return float(np.quantile(self.gradient_norms, quantile, method="higher"))
+
+
+def curvature_of(loss: str, data: OwnerData) -> float:
+    """Upper bound on the largest eigenvalue of one owner's data-term Hessian (1/n)Σ∇²ℓ."""
+    return CURVATURE_SCALE[loss] * float(np.linalg.eigvalsh(data.stats.A)[-1]) / data.n
+
+
+def hessian(objective: Objective, theta: np.ndarray) -> np.ndarray:
+    """∇²f(θ): exact for squared loss, at ``theta`` for logistic (2λI plus the data term)."""
+    lam2 = 2.0 * objective.lam * np.eye(objective.p)
+    if objective.loss.name == "squared":
+        A = sum(o.stats.A for o in objective.owners)
+        return lam2 + 2.0 * A / objective.n
+    Z = np.vstack([o.records()[0] for o in objective.owners])
+    y = np.concatenate([o.records()[1] for o in objective.owners])
+    s = 1.0 / (1.0 + np.exp(-y * (Z @ theta)))
+    return lam2 + (Z * (s * (1.0 - s))[:, None]).T @ Z / objective.n
+
+
+def floor_terms(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """(h_j, w_j): eigenvalues of ∇²f at θ* and the floor law's weights h_j e_j²/(2f*), e = θ* − 0.
+
+    ψ of a model at distance d from θ* is about Σ_j h_j d_j²/(2f*) in this basis; Algorithm 1
+    starts at θ = 0, so d = θ* at the start.
+    """
+    h, V = np.linalg.eigh(hessian(objective, objective.theta_star))
+    e = V.T @ objective.theta_star
+    return h, h * e * e / (2.0 * objective.f_star)
+
+
+def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
+    """Every record's ‖∇ℓ(θ; z, y)‖₁ = |ℓ'(θᵀz)|·‖z‖₁ (margin losses), sorted."""
+    parts = []
+    for o in objective.owners:
+        Z, y = o.records()
+        parts.append(np.abs(objective.loss.dmargin(Z @ theta, y)) * np.abs(Z).sum(axis=1))
+    return np.sort(np.concatenate(parts))
+
+
+def public_info(scenario: Scenario, consortium: Consortium) -> PublicInfo:
+    """The proxy's summary for ``scenario`` (computed once per dataset, then cached)."""
+    key = _key(scenario)
+    with _LOCK:
+        if key in _CACHE:
+            return _CACHE[key]
+    info = _compute(scenario, consortium)
+    with _LOCK:
+        _CACHE[key] = info
+        while len(_CACHE) > 4:
+            _CACHE.popitem(last=False)
+    return info
+
+
+_CACHE: OrderedDict[str, PublicInfo] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def _key(scenario: Scenario) -> str:
+    dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
+    dump["data_seed"] = data_seed(scenario)
+    return json.dumps(dump, sort_keys=True)
+
+
+def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
+    """Build the proxy with its records and summarise it; the proxy itself is not kept."""
+    m, loss = scenario.model, scenario.model.loss
+    if scenario.data.source == "synthetic":
+        twin = twin_scenario(scenario)
+        owners = build_consortium(twin, keep_records=True).owners
+        source = f"synthetic twin (data seed {twin.data.seed})"
+    else:
+        block = consortium.holdout
+        if block is None or block.shape[1] <= block.shape[0]:
+            raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
+                                scenario.data.table.holdout,
+                                "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
+                                "forecast's pilots take their constants from the hold-out (never from the "
+                                "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
+        owners = [OwnerData.from_block(block, m.intercept, True)]
+        source = f"public hold-out ({block.shape[1]:,} rows)"
+    objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
+    curvature = (max(curvature_of(loss, o) for o in owners) if loss in CURVATURE_SCALE else float("nan"))
+    h, w = floor_terms(objective) if loss in CURVATURE_SCALE else (np.array([]), np.array([]))
+    return PublicInfo(source, curvature, h, w, gradient_norms(objective, objective.theta_star))

@@ -1,0 +1,93 @@
+"""The learner's step constant ρ from public information, its stability, and the floor law.
+
+**The floor law** (design §2). Each update of Algorithm 1 moves the mean of the N+1 copies by
+about ρ/(T²σ(N+1)) times ∇f, so without noise T exchanges are a gradient flow of length
+ρ/(Tσ(N+1)) from θ = 0, and
+
+    ψ_T ≈ Σ_j w_j exp(−2ρ h_j / (T σ (N+1))),     w_j = h_j e_j² / (2 f*),
+
+with h_j the eigenvalues of ∇²f and e_j the coordinates of θ* in that basis. With ρ fixed the
+floor grows with N and T; it falls with ρ.
+
+**Stability.** Owner i's copy takes a gradient step of length a = Nρ/(T²σ) on
+λθᵀθ/N + (n_i/n)·(its data term), whose curvature is at most λ/N + (n_i/n)·L with L a bound on
+one owner's data-term curvature; a gradient step longer than 2/curvature overshoots, so the
+stability number s = a·max_i(λ/N + (n_i/n)L) must stay below STABILITY_LIMIT = 2. For equal
+sizes s = ρL/(T²σ) + …, which does not depend on N: ρ can grow with N.
+
+**ρ = "auto"** takes the smaller of decay·(N+1)Tσ/h_min (the slowest mode of the floor falls by
+exp(−2·decay)) and ``fraction`` of the stability limit. N, T, σ and the sizes are public; L and
+h_min come from the public proxy (dpmarket/data/proxy.py), never from the owners' records: a ρ
+computed from them would make the published model depend on the records outside the DP
+accounting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmarket.errors import ScenarioError
+
+STABILITY_LIMIT = 2.0
+
+
+@dataclass(frozen=True)
+class StepSize:
+    """The ρ a run uses, where it came from, and its public stability number."""
+
+    rho: float
+    source: str  # "given" or how "auto" derived it
+    stability: float | None  # s at this ρ with the public curvature bound (None: not derivable)
+
+
+def stability_number(rho: float, owners: int, iterations: int, lam: float, share_max: float,
+                     curvature: float) -> float:
+    """s = Nρ/(T²σ)·(λ/N + max_i(n_i/n)·L): the longest owner step times its curvature."""
+    sigma = 2.0 * lam
+    return owners * rho / (iterations * iterations * sigma) * (lam / owners + share_max * curvature)
+
+
+def floor_law(rho: float, owners: int, iterations: int, lam: float, eigenvalues: np.ndarray,
+              weights: np.ndarray) -> float:
+    """ψ_T the floor law predicts without noise (module docstring)."""
+    rate = 2.0 * rho / (iterations * 2.0 * lam * (owners + 1))
+    return float(np.sum(weights * np.exp(-rate * np.asarray(eigenvalues))))
+
+
+def auto_rho(owners: int, iterations: int, lam: float, share_max: float, curvature: float,
+             h_min: float, decay: float, fraction: float) -> float:
+    """min(decay·(N+1)Tσ/h_min, fraction·ρ at the stability limit)."""
+    floor_rho = decay * (owners + 1) * iterations * 2.0 * lam / h_min
+    limit = STABILITY_LIMIT / stability_number(1.0, owners, iterations, lam, share_max, curvature)
+    return min(floor_rho, fraction * limit)
+
+
+def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
+    """The step of a run whose participants have ``sizes``: the given ρ, or "auto"'s."""
+    lr, lam = scenario.learner, scenario.model.regularization
+    N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
+    info = _public(scenario, consortium) if lr.rho == "auto" or lr.algorithm == "async" else None
+    curvature = info.owner_curvature if info is not None else float("nan")
+    if lr.rho != "auto":
+        s = stability_number(lr.rho, N, lr.iterations, lam, share_max, curvature)
+        return StepSize(float(lr.rho), "given", s if np.isfinite(s) else None)
+    h_min = float(info.eigenvalues[0])
+    rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
+    if not (np.isfinite(rho) and rho > 0):
+        raise ScenarioError(scenario.name, "learner.rho", "auto",
+                            f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
+                            f"eigenvalue {h_min!r}): give a number")
+    source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
+              f"from the {info.source}")
+    return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+
+
+def _public(scenario, consortium):
+    """The public proxy's summary, or None where the loss has no curvature bound (hinge)."""
+    if scenario.model.loss == "hinge":
+        return None
+    from dpmarket.data.proxy import public_info  # deferred: builds the twin only when needed
+
+    return public_info(scenario, consortium)
