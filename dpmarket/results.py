@@ -23,6 +23,7 @@ from dpmarket.errors import RunDirectoryError
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
 from dpmarket.run import RunResult, is_async
+from dpmarket.stepsize import STABILITY_LIMIT
 
 RUN_MARKER = "summary.json"
 
@@ -203,9 +204,21 @@ def summary(result: RunResult) -> dict:
         "owners_benefiting": int(np.sum(result.psi_final < own)),
         "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
         "step_curvature_max": result.step_curvature,
+        **_learner_summary(result),
         **_data_summary(result),
         **_market_summary(result),
     }
+
+
+def _learner_summary(result: RunResult) -> dict:
+    """ρ and where it came from, its public stability number, the floor law's prediction, and
+    the clip bound with the share of per-example gradients it clipped at the final model."""
+    step = result.step
+    out = {"rho": step.rho, "rho_source": step.source, "stability_number": step.stability,
+           "stability_limit": STABILITY_LIMIT, "psi_floor_predicted": result.floor_predicted}
+    if result.clipped_share is not None:
+        out.update({"clip_bound": result.owners[0].clip, "clipped_share": result.clipped_share})
+    return out
 
 
 def _data_summary(result: RunResult) -> dict:
@@ -280,6 +293,7 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit)",
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
+        *_learner_lines(s),
         *_yardstick_warning(s["psi_final"], s["psi_zero"]),
         *_stability_warning(s["step_curvature_max"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
@@ -332,6 +346,19 @@ def yardstick_warning(psi_final: float, psi_zero: float) -> str | None:
         return None
     return (f"the trained model is no better than the untrained θ = 0 (psi {psi_final:.4g} ≥ "
             f"{psi_zero:.4g}): raise privacy.epsilon or revisit learner.rho")
+
+
+def _learner_lines(s: dict) -> list[str]:
+    """ρ with its stability number and the floor law's ψ; clipping's bound and share."""
+    stability = "" if s["stability_number"] is None else (
+        f", stability number {s['stability_number']:.3g} (limit {s['stability_limit']:g})")
+    floor = "" if s["psi_floor_predicted"] is None else (
+        f"; noise-free floor (law) {s['psi_floor_predicted']:.3g}")
+    lines = [f"step          ρ = {s['rho']:.4g} ({s['rho_source'].split(' from ')[0]}){stability}{floor}"]
+    if "clip_bound" in s:
+        lines.append(f"clipping      L1 bound {s['clip_bound']:.4g}; {s['clipped_share']:.3%} of per-example "
+                     "gradients clipped at the final model")
+    return lines
 
 
 def _yardstick_warning(psi_final: float, psi_zero: float) -> list[str]:

@@ -25,7 +25,7 @@ from dpmarket.models import Objective, make_loss
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
 from dpmarket.scenario import OwnerSpec, Scenario
-from dpmarket.stepsize import StepSize, resolve_step
+from dpmarket.stepsize import StepSize, floor_law, resolve_step
 from dpmarket.training import Training, make_learner, record_points, run_uniform
 
 if TYPE_CHECKING:
@@ -60,6 +60,29 @@ class RunResult:
         """ψ of the untrained model θ = 0 on the whole consortium's f: the honest yardstick, since
         a private model is only worth training where its ψ is below this."""
         return self.objective.psi(np.zeros(self.objective.p))
+
+    @cached_property
+    def floor_predicted(self) -> float | None:
+        """ψ_T the floor law predicts without noise for this run's N, T and ρ — an oracle
+        diagnostic like ψ (it reads f's Hessian and θ*); None for the hinge loss."""
+        if self.step is None or self.objective.loss.name == "hinge" or not is_async(self):
+            return None
+        from dpmarket.data.proxy import floor_terms  # deferred: only written runs need it
+
+        h, w = floor_terms(self.objective)
+        lr = self.scenario.learner
+        return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, w)
+
+    @cached_property
+    def clipped_share(self) -> float | None:
+        """Share of the participants' per-example gradients above the clip bound at the final
+        model: the bias clipping buys (an oracle diagnostic); None without clipping."""
+        clip = self.owners[0].clip if self.owners else None
+        if clip is None:
+            return None
+        theta = self.training.learner.model
+        count = sum(o.loss.clipped_count(theta, o.data, clip) for o in self.owners)
+        return count / sum(o.data.n for o in self.owners)
 
 
 def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
