@@ -102,7 +102,7 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
 
     clip = public_info(scenario, consortium).clip_bound(p.clip_quantile)
     if not clip > 0:
-        raise ScenarioError(scenario.name, "privacy.clip", "auto",
+        raise ScenarioError(scenario.source, "privacy.clip", "auto",
                             f"the proxy's {p.clip_quantile} quantile of gradient norms is {clip!r}: "
                             "raise privacy.clip_quantile or give a number")
     return min(clip, _finite(bound, "data.feature_bound", scenario))
@@ -111,7 +111,7 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
 def _finite(value: float, key: str, scenario: Scenario) -> float:
     """``value`` if finite, else a ScenarioError naming ``key`` (a derived quantity overflowed)."""
     if not np.isfinite(value):
-        raise ScenarioError(scenario.name, key, _short_value(scenario, key),
+        raise ScenarioError(scenario.source, key, _short_value(scenario, key),
                             f"makes a derived quantity non-finite ({value!r})")
     return float(value)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer
 
 from dpmarket.errors import _MISSING, ScenarioError
 
@@ -313,6 +313,18 @@ class Scenario(_Strict):
     owners: list[OwnerSpec] = []
     output: Output = Output()
     market: Market | None = None
+    _source: str = PrivateAttr(default="")  # the file (and overrides) it was read from
+
+    @property
+    def source(self) -> str:
+        """Where this scenario came from, for errors found after validation (its name if unknown)."""
+        return self._source or self.name
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings make equal scenarios, wherever each was read from."""
+        if not isinstance(other, Scenario):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
 
     def owner_value(self, index: int, key: str) -> Any:
         """An owner's setting: its [[owners]] override if any, else the scenario-wide default."""
@@ -390,6 +402,7 @@ def validate(table: dict, source: str) -> Scenario:
         key, value, reason = _first_problem(exc.errors())
         raise ScenarioError(source, key, _short(value), reason) from None
     _check_consistency(scenario, source)
+    scenario._source = source
     return scenario
 
 

@@ -76,7 +76,7 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
     h_min = float(info.eigenvalues[0])
     rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
     if not (np.isfinite(rho) and rho > 0):
-        raise ScenarioError(scenario.name, "learner.rho", "auto",
+        raise ScenarioError(scenario.source, "learner.rho", "auto",
                             f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
                             f"eigenvalue {h_min!r}): give a number")
     source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "

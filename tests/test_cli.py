@@ -60,6 +60,8 @@ def test_validate_prints_the_resolved_scenario(tmp_path, capsys):
     ("name = 'x'\n[privacy]\nepsilon = -1.0\n", [], "privacy.epsilon = -1.0"),
     ("name = 'x'\n", ["--set", "learner.iterations=zero"], "learner.iterations = 'zero'"),
     ("name = 'x'\n", ["--set", "network.clock_rate=-2"], "network.clock_rate"),
+    ("name = 'x'\n[data]\nkind = 'card_fraud'\n[model]\nloss = 'hinge'\n", [], "learner.rho = 'auto'"),
+    ("name = 'x'\n", ["--set", "privacy.sensitivity='clip'", "--set", "privacy.clip=0"], "privacy.clip = 0"),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, content, override, expected):
     path = tmp_path / "bad.toml"
@@ -152,3 +154,18 @@ def test_overrides_reach_lists_and_inline_tables(tmp_path, capsys):
     assert "epsilon = 2.5" in out and 'distribution = "pareto"' in out and "length_of_stay" in out
     assert main(["validate", str(path), "--set", "owners.3.epsilon=1"]) == 2
     assert "owners.3" in capsys.readouterr().err
+
+
+def test_a_public_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path):
+    """learner.rho = "auto" on a table whose hold-out has fewer rows than features: exit 2, no run."""
+    data = tmp_path / "t.csv"
+    data.write_text("site,a,b,c,y\n" + "\n".join(f"{'AB'[i % 2]},{i % 7},{i % 5},{i % 3},{i % 4}"
+                                                  for i in range(200)) + "\n")
+    path = tmp_path / "t.toml"
+    path.write_text(f"name = 't'\n[data]\nsource = 'table'\npath = '{data}'\n[data.table]\ntarget = 'y'\n"
+                    "numeric = ['a', 'b', 'c']\npartition = 'site'\nholdout = 3\n[output]\nplots = false\n")
+    out = tmp_path / "out"
+    done = run_cli("run", str(path), "--out", str(out))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert str(path) in done.stderr and "data.table.holdout = 3" in done.stderr
+    assert "Traceback" not in done.stderr and not out.exists()

@@ -65,7 +65,7 @@ def _holdout_owners(scenario: Scenario, consortium: Consortium) -> Consortium:
     block, sizes = consortium.holdout, consortium.sizes
     rows = 0 if block is None else block.shape[1]
     if rows < int(sizes.sum()):
-        raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
+        raise ScenarioError(scenario.source, "data.table.holdout",
                             scenario.data.table.holdout,
                             f"the public proxy needs {int(sizes.sum()):,} hold-out rows (the owners' "
                             f"records) but has {rows:,}: enlarge the hold-out, or set "
@@ -163,7 +163,7 @@ def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
     else:
         block = consortium.holdout
         if block is None or block.shape[1] <= block.shape[0]:
-            raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
+            raise ScenarioError(scenario.source, "data.table.holdout",
                                 scenario.data.table.holdout,
                                 "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
                                 "forecast's pilots take their constants from the hold-out (never from the "

@@ -1,0 +1,198 @@
+"""Learner parameters from public information: the floor law, ρ = "auto" and its stability limit,
+answer caps sized by clock rates, the clip bound, and that none of them reads the owners' records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import tiny
+from scipy import stats
+
+from dpmarket.data import build_consortium
+from dpmarket.data.proxy import floor_terms, public_info, twin_seed
+from dpmarket.errors import ScenarioError
+from dpmarket.models import OwnerData, clip_margins, make_loss
+from dpmarket.run import build_owners, execute, prepare, sensitivity
+from dpmarket.scenario import validate
+from dpmarket.stepsize import STABILITY_LIMIT, auto_rho, floor_law, resolve_step, stability_number
+
+
+def whitened(owners: int, iterations: int, rho, seed: int = 1, **sections) -> object:
+    """A scenario on the defaults (whitened data, no intercept), without noise unless told."""
+    table = {"name": "w", "seed": seed, "data": {"owners": owners, "records": 2000, "features": 4, "seed": 7},
+             "privacy": {"epsilon": 1e12}, "learner": {"iterations": iterations, "rho": rho},
+             "output": {"metric_points": 5, "plots": False}}
+    for key, value in sections.items():
+        table[key] = {**table.get(key, {}), **value}
+    return validate(table, "test")
+
+
+# --- the floor law ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("owners, iterations, rho", [(2, 300, 0.1), (10, 1000, 2.0), (4, 600, 0.3)])
+def test_floor_law_predicts_noise_free_training(owners, iterations, rho):
+    """Mean ψ_T of 4 noise-free runs within 3% of Σ w_j exp(−2ρh_j/(Tσ(N+1))); the same law with N
+    in place of N+1 (a deliberately wrong input) misses by more than 8%."""
+    prepared = prepare(whitened(owners, iterations, rho))
+    h, w = floor_terms(prepared.objective)
+    sims = [execute(whitened(owners, iterations, rho, seed), prepared=prepared).psi_final
+            for seed in range(1, 5)]
+    law = floor_law(rho, owners, iterations, 1e-5, h, w)
+    wrong = float(np.sum(w * np.exp(-2 * rho * h / (iterations * 2e-5 * owners))))
+    assert law < 0.5 * prepared.objective.psi(np.zeros(4))  # a regime where training moved ψ
+    assert np.mean(sims) == pytest.approx(law, rel=0.03)
+    assert abs(np.mean(sims) / wrong - 1) > 0.08
+
+
+def test_floor_grows_with_n_at_fixed_rho_and_auto_rho_grows_with_n():
+    floors = [floor_law(3.0, n, 1000, 1e-5, np.array([0.25]), np.array([0.7])) for n in (2, 20, 200)]
+    assert floors[0] < floors[1] < floors[2]
+    rhos = [auto_rho(n, 1000, 1e-5, 1 / n, 0.3, 0.25, 5.0, 0.5) for n in (2, 20, 200)]
+    assert rhos[0] < rhos[1] < rhos[2]
+
+
+# --- ρ = "auto" and stability -----------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(30))
+def test_auto_rho_never_exceeds_its_share_of_the_stability_limit(seed):
+    """Random N, T, λ, heavy-tailed sizes and curvatures: s(auto ρ) ≤ fraction × limit; a rule that
+    assumes equal sizes (share_max = 1/N) breaks the limit for the heavy-tailed draws."""
+    gen = np.random.default_rng(seed)
+    N, T, lam = int(gen.integers(2, 300)), int(gen.integers(50, 5000)), 10 ** gen.uniform(-7, -2)
+    sizes = np.floor(1000 * (1 + gen.pareto(1.2, N)))
+    share_max, L, h_min = sizes.max() / sizes.sum(), 10 ** gen.uniform(-2, 1), 10 ** gen.uniform(-3, -1)
+    fraction = gen.uniform(0.1, 1.0)
+    rho = auto_rho(N, T, lam, share_max, L, h_min, 5.0, fraction)
+    assert stability_number(rho, N, T, lam, share_max, L) <= fraction * STABILITY_LIMIT * (1 + 1e-12)
+    equal_sizes_limit = fraction * STABILITY_LIMIT / stability_number(1.0, N, T, lam, 1.0 / N, L)
+    naive = min(5.0 * (N + 1) * T * 2 * lam / h_min, equal_sizes_limit)
+    if share_max > 3.0 / N and naive == equal_sizes_limit:
+        assert stability_number(naive, N, T, lam, share_max, L) > fraction * STABILITY_LIMIT
+
+
+def test_the_stability_limit_separates_calm_copies_from_oscillating_ones():
+    """Noise-free, heavy-tailed sizes: at auto ρ (half the limit) every copy stays near θ*; at four
+    times the limit the largest owners' copies overshoot into the box's walls."""
+    base = {"data": {"records": {"distribution": "pareto", "alpha": 1.5, "minimum": 500}}}
+    calm = execute(whitened(12, 400, "auto", **base))
+    limit_rho = calm.step.rho / (calm.step.stability / STABILITY_LIMIT)
+    wild = execute(whitened(12, 400, 4 * limit_rho, **base))
+    star = np.abs(calm.objective.theta_star).max()
+    assert calm.step.stability == pytest.approx(0.5 * STABILITY_LIMIT) or calm.step.stability < 1.0
+    assert np.abs(calm.training.learner.theta).max() < 1.5 * star < 1.0
+    assert np.abs(wild.training.learner.theta).max() == pytest.approx(1.0)  # θmax: pinned to the box
+
+
+def test_auto_rho_and_clip_bound_never_read_the_owners_records():
+    """Replace every owner's records by others of the same size: ρ and the clip bound stay bit for
+    bit; they change with the public twin (another data seed draws another twin)."""
+    s = whitened(5, 500, "auto", privacy={"sensitivity": "clip", "clip": "auto"})
+    consortium = build_consortium(s)
+    step, xi = resolve_step(s, consortium, consortium.sizes), sensitivity(s, consortium)
+    other = build_consortium(s.model_copy(update={"data": s.data.model_copy(update={"seed": 99})}))
+    swapped = consortium.__class__(consortium.names, other.owners, consortium.z_l1, consortium.y_max)
+    assert resolve_step(s, swapped, swapped.sizes) == step
+    assert sensitivity(s, swapped) == xi
+    moved = s.model_copy(update={"data": s.data.model_copy(update={"seed": 8})})
+    assert resolve_step(moved, consortium, consortium.sizes).rho != step.rho
+    assert twin_seed(7) != 7 and twin_seed(7) == twin_seed(7)
+
+
+def test_table_parameters_come_from_the_hold_out_only(tmp_path):
+    """A table's ρ and clip bound change when a hold-out row changes, not when an owner's row does."""
+    gen = np.random.default_rng(0)
+    n = 900
+    rows = "\n".join(f"{i},{'AB'[i % 2]},{a:.6f},{b:.6f},{a - b + gen.normal(0, .1):.6f}"
+                     for i, (a, b) in enumerate(gen.normal(0, 1, (n, 2))))
+    spec = {"target": "y", "numeric": ["a", "b"], "partition": "site", "holdout": 300}
+
+    def run(text: str):
+        path = tmp_path / "t.csv"
+        path.write_text("row,site,a,b,y\n" + text + "\n")
+        s = validate({"name": "t", "data": {"source": "table", "path": str(path), "table": spec},
+                      "privacy": {"sensitivity": "clip", "clip": "auto"},
+                      "learner": {"iterations": 50}, "output": {"plots": False}}, "test")
+        c = build_consortium(s)
+        from dpmarket.data import proxy
+
+        proxy._CACHE.clear()
+        return resolve_step(s, c, c.sizes).rho, sensitivity(s, c)
+
+    lines = rows.splitlines()
+    base = run(rows)
+    owner_changed = lines.copy()
+    owner_changed[3] = "3,B,9.0,-9.0,4.0"
+    holdout_changed = lines.copy()
+    holdout_changed[-1] = f"{n - 1},B,3.0,-3.0,2.0"
+    assert run("\n".join(owner_changed)) == base
+    assert run("\n".join(holdout_changed)) != base
+
+
+# --- caps and clipping ------------------------------------------------------------------------
+
+def test_capped_split_sizes_each_cap_by_its_clock_rate():
+    """Owner 0 ticks four times faster: its cap is the quantile of Binomial(T, 4/7), and it refuses
+    almost nothing; caps from Binomial(T, 1/N) (the old bug, a deliberately wrong input) would make
+    it refuse most of its queries."""
+    s = tiny(privacy={"split": "capped", "epsilon": 5.0}, learner={"iterations": 600},
+             owners=[{"clock_rate": 4.0}])
+    result = execute(s)
+    caps = [o.answers_allowed for o in result.owners]
+    T = 600
+    assert caps[0] == stats.binom.ppf(0.999, T, 4 / 6) and caps[1] == stats.binom.ppf(0.999, T, 1 / 6)
+    queried = np.bincount(result.training.sequence, minlength=3)
+    assert queried[0] <= caps[0] and result.stop_reason == "iterations"
+    wrong_cap = stats.binom.ppf(0.999, T, 1 / 3)
+    assert queried[0] - wrong_cap > 0.3 * queried[0]  # the old caps would refuse over 30% of them
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_clipped_gradients_never_exceed_the_bound_in_floating_point(seed):
+    """Wild per-record values: every clipped per-example gradient's computed L1 norm ≤ bound; without
+    the 1e-12 margin (a deliberately wrong input) rounding ends above the bound for some records."""
+    gen = np.random.default_rng(seed)
+    Z = gen.standard_normal((20_000, 7)) * 10 ** gen.uniform(-3, 3, (20_000, 1))
+    y, theta, bound = gen.standard_normal(20_000) * 1e3, gen.standard_normal(7), 5.0 * gen.uniform(0.5, 2)
+    loss = make_loss("squared")
+    row_l1 = np.abs(Z).sum(axis=1)
+    d = loss.dmargin(Z @ theta, y)
+    clipped = clip_margins(d, row_l1, bound)
+    assert np.all(np.abs(clipped[:, None] * Z).sum(axis=1) <= bound)
+    exact = np.clip(d, -bound / row_l1, bound / row_l1)
+    over = np.abs(exact[:, None] * Z).sum(axis=1) > bound
+    assert seed > 0 or over.any()  # at least one seed shows the rounding the margin guards against
+    data = OwnerData(len(y), None, Z, y)
+    np.testing.assert_allclose(loss.clipped_mean_grad(theta, data, bound),
+                               (clipped[:, None] * Z).mean(axis=0), rtol=1e-12)
+
+
+def test_clip_auto_is_a_quantile_of_the_twins_gradient_norms_and_bounds_every_answer():
+    s = whitened(4, 200, 3.0, privacy={"sensitivity": "clip", "clip": "auto", "clip_quantile": 0.99,
+                                        "epsilon": 1e6})
+    consortium = build_consortium(s)
+    info = public_info(s, consortium)
+    xi = sensitivity(s, consortium)
+    assert xi == pytest.approx(np.quantile(info.gradient_norms, 0.99, method="higher"))
+    assert np.mean(info.gradient_norms > xi) == pytest.approx(0.01, abs=0.002)
+    result = execute(s)
+    assert result.clipped_share is not None and 0.005 < result.clipped_share < 0.02  # near θ*: ~1%
+    owner = build_owners(s, consortium, result.objective)[0]
+    assert owner.scale == pytest.approx(2 * xi * 200 / (owner.data.n * 1e6))
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("sections, key", [
+    ({"model": {"loss": "hinge"}, "data": {"kind": "card_fraud"}}, "learner.rho"),
+    ({"learner": {"algorithm": "sync"}}, "learner.rho"),
+    ({"privacy": {"sensitivity": "clip", "clip": 0.0}}, "privacy.clip"),
+    ({"privacy": {"sensitivity": "clip", "clip": "sometimes"}}, "privacy.clip"),
+    ({"learner": {"auto_stability": 1.5}}, "learner.auto_stability"),
+])
+def test_impossible_automatic_settings_are_refused_naming_the_key(sections, key):
+    table = {"name": "b", "data": {"owners": 3, "records": 300}}
+    for section, values in sections.items():
+        table[section] = {**table.get(section, {}), **values}
+    with pytest.raises(ScenarioError) as err:
+        validate(table, "bad.toml")
+    assert err.value.key == key and "bad.toml" in str(err.value)
