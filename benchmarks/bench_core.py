@@ -41,6 +41,7 @@ from dpmarket.models import Objective, make_loss
 from dpmarket.privacy import laplace_scale
 from dpmarket.run import build_owners, execute, sensitivity
 from dpmarket.scenario import load
+from dpmarket.stepsize import resolve_step
 from dpmarket.training import Training, make_learner, record_points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +68,7 @@ class Setup:
         self.objective.f_star  # θ* once, outside every timing  # noqa: B018
         self.T = updates
         self.N = len(self.consortium.owners)
+        self.rho = resolve_step(self.scenario, self.consortium, self.consortium.sizes).rho
         # The pre-drawn owner sequence, as Python ints (no numpy-scalar conversion in either loop).
         self.sequence = np.random.default_rng(1).integers(0, self.N, updates).tolist()
 
@@ -77,7 +79,7 @@ class Setup:
     def training(self, owners) -> Training:
         lr, m = self.scenario.learner, self.scenario.model
         learner = make_learner("async", self.consortium.sizes, self.objective.p, lr.iterations,
-                               lr.rho, m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+                               self.rho, m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
         return Training(learner, owners, self.objective, EventLog(None),
                         record_points(lr.iterations, self.scenario.output.metric_points))
 
@@ -110,7 +112,7 @@ def loop_constants(setup: Setup) -> tuple:
     A = [o.stats.A for o in c.owners]
     b = [o.stats.b for o in c.owners]
     n_i = c.sizes.astype(float)
-    N, p, T, rho = setup.N, setup.objective.p, setup.T, s.learner.rho
+    N, p, T, rho = setup.N, setup.objective.p, setup.T, setup.rho
     lam, tmax = s.model.regularization, s.model.theta_max
     sigma = 2.0 * lam
     a_i = N * rho / (T * T * sigma)

@@ -44,6 +44,7 @@ from dpmarket.events import EventLog
 from dpmarket.run import Prepared, build_owners, prepare
 from dpmarket.scenario import load
 from dpmarket.sim.engine import Engine
+from dpmarket.stepsize import resolve_step
 from dpmarket.training import Training, make_learner, record_points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +62,8 @@ def engine_for(path: Path, overrides: list[str], prepared: Prepared | None = Non
     consortium, objective = prepared.consortium, prepared.objective
     m, lr = scenario.model, scenario.learner
     owners = build_owners(scenario, consortium, objective)
-    learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, lr.rho,
+    rho = resolve_step(scenario, consortium, consortium.sizes).rho
+    learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, rho,
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
     training = Training(learner, owners, objective, EventLog(None),
                         record_points(lr.iterations, scenario.output.metric_points))
