@@ -100,7 +100,7 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
         return float(p.clip)
     from dpmarket.data.proxy import public_info  # deferred: builds the twin only when needed
 
-    clip = public_info(scenario, consortium).clip_bound(p.clip_quantile)
+    clip = public_info(scenario, consortium, norms=True).clip_bound(p.clip_quantile)
     if not clip > 0:
         raise ScenarioError(scenario.source, "privacy.clip", "auto",
                             f"the proxy's {p.clip_quantile} quantile of gradient norms is {clip!r}: "

@@ -39,7 +39,7 @@ class StepSize:
 
     rho: float
     source: str  # "given" or how "auto" derived it
-    stability: float | None  # s at this ρ with the public curvature bound (None: not derivable)
+    stability: float | None  # s at this ρ with the public curvature bound (None for a given ρ)
 
 
 def stability_number(rho: float, owners: int, iterations: int, lam: float, share_max: float,
@@ -67,13 +67,11 @@ def auto_rho(owners: int, iterations: int, lam: float, share_max: float, curvatu
 def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
     """The step of a run whose participants have ``sizes``: the given ρ, or "auto"'s."""
     lr, lam = scenario.learner, scenario.model.regularization
+    if lr.rho != "auto":  # no proxy: its stability is the oracle step_curvature_max of the run
+        return StepSize(float(lr.rho), "given", None)
     N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
-    info = _public(scenario, consortium) if lr.rho == "auto" or lr.algorithm == "async" else None
-    curvature = info.owner_curvature if info is not None else float("nan")
-    if lr.rho != "auto":
-        s = stability_number(lr.rho, N, lr.iterations, lam, share_max, curvature)
-        return StepSize(float(lr.rho), "given", s if np.isfinite(s) else None)
-    h_min = float(info.eigenvalues[0])
+    info = _public(scenario, consortium)
+    curvature, h_min = info.owner_curvature, float(info.eigenvalues[0])
     rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
     if not (np.isfinite(rho) and rho > 0):
         raise ScenarioError(scenario.source, "learner.rho", "auto",
@@ -85,9 +83,7 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
 
 
 def _public(scenario, consortium):
-    """The public proxy's summary, or None where the loss has no curvature bound (hinge)."""
-    if scenario.model.loss == "hinge":
-        return None
+    """The public proxy's summary (the scenario's validation refuses "auto" for the hinge loss)."""
     from dpmarket.data.proxy import public_info  # deferred: builds the twin only when needed
 
     return public_info(scenario, consortium)

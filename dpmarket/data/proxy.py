@@ -85,10 +85,12 @@ class PublicInfo:
     owner_curvature: float  # L̂: the largest curvature of one owner's data term on the proxy
     eigenvalues: np.ndarray  # h_j of ∇²f on the proxy (ascending), 2λ included
     floor_weights: np.ndarray  # h_j e_j² / (2 f*) on the proxy: the floor law's weights
-    gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted
+    gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted (if asked for)
 
     def clip_bound(self, quantile: float) -> float:
         """The ``quantile`` of the proxy's per-example gradient norms at its optimum."""
+        if not len(self.gradient_norms):
+            raise ValueError("this PublicInfo was built without records (public_info(..., norms=True))")
         return float(np.quantile(self.gradient_norms, quantile, method="higher"))
 
 
@@ -129,21 +131,26 @@ def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
     return np.sort(np.concatenate(parts))
 
 
-def public_info(scenario: Scenario, consortium: Consortium) -> PublicInfo:
-    """The proxy's summary for ``scenario`` (computed once per dataset, then cached)."""
+def public_info(scenario: Scenario, consortium: Consortium, norms: bool = False) -> PublicInfo:
+    """The proxy's summary for ``scenario`` (computed once per dataset, then cached).
+
+    ``norms`` asks for the per-example gradient norms (the clip bound), which need the proxy's
+    records; without them squared loss is summarised from sufficient statistics alone.
+    """
     key = _key(scenario)
     with _LOCK:
-        if key in _CACHE:
-            return _CACHE[key]
-    info = _compute(scenario, consortium)
+        for k in ((key, True), (key, False)) if not norms else ((key, True),):
+            if k in _CACHE:
+                return _CACHE[k]
+    info = _compute(scenario, consortium, norms)
     with _LOCK:
-        _CACHE[key] = info
+        _CACHE[(key, norms)] = info
         while len(_CACHE) > 4:
             _CACHE.popitem(last=False)
     return info
 
 
-_CACHE: OrderedDict[str, PublicInfo] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, bool], PublicInfo] = OrderedDict()
 _LOCK = threading.Lock()
 
 
@@ -153,12 +160,13 @@ def _key(scenario: Scenario) -> str:
     return json.dumps(dump, sort_keys=True)
 
 
-def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
-    """Build the proxy with its records and summarise it; the proxy itself is not kept."""
+def _compute(scenario: Scenario, consortium: Consortium, norms: bool) -> PublicInfo:
+    """Build the proxy (with records only where needed) and summarise it; it is not kept."""
     m, loss = scenario.model, scenario.model.loss
+    records = norms or loss != "squared"
     if scenario.data.source == "synthetic":
         twin = twin_scenario(scenario)
-        owners = build_consortium(twin, keep_records=True).owners
+        owners = build_consortium(twin, keep_records=records).owners
         source = f"synthetic twin (data seed {twin.data.seed})"
     else:
         block = consortium.holdout
@@ -168,9 +176,10 @@ def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
                                 "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
                                 "forecast's pilots take their constants from the hold-out (never from the "
                                 "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
-        owners = [OwnerData.from_block(block, m.intercept, True)]
+        owners = [OwnerData.from_block(block, m.intercept, records)]
         source = f"public hold-out ({block.shape[1]:,} rows)"
     objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
     curvature = (max(curvature_of(loss, o) for o in owners) if loss in CURVATURE_SCALE else float("nan"))
     h, w = floor_terms(objective) if loss in CURVATURE_SCALE else (np.array([]), np.array([]))
-    return PublicInfo(source, curvature, h, w, gradient_norms(objective, objective.theta_star))
+    grads = gradient_norms(objective, objective.theta_star) if norms else np.array([])
+    return PublicInfo(source, curvature, h, w, grads)
