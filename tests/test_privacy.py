@@ -62,6 +62,19 @@ def test_capped_split_uses_the_binomial_quantile():
     assert answer_cap("horizon", 1000, 0.1, None, 0.999) == 1000
 
 
+@pytest.mark.parametrize("n", [1, 7, 100, 1000, 100_000])
+def test_binomial_quantile_is_scipys(n):
+    """The numpy quantile equals scipy.stats.binom.ppf over shares and levels (and a shifted level,
+    a deliberately wrong input, gives another answer somewhere)."""
+    from dpmarket.privacy import binomial_quantile
+
+    shares, levels = [1e-4, 0.01, 1 / 86, 0.1, 0.5, 4 / 7, 0.99], [0.5, 0.9, 0.99, 0.999, 0.9999]
+    pairs = [(q, p) for q in levels for p in shares]
+    assert [binomial_quantile(q, n, p) for q, p in pairs] == [stats.binom.ppf(q, n, p) for q, p in pairs]
+    if n >= 100:
+        assert any(binomial_quantile(q * 0.99, n, p) != stats.binom.ppf(q, n, p) for q, p in pairs)
+
+
 def test_noise_draws_do_not_depend_on_block_size():
     a = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=1)
     b = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=256)

@@ -32,6 +32,10 @@ from dpmarket.models import Objective, OwnerData, make_loss
 from dpmarket.scenario import Scenario
 
 TWIN_KEY = 0x7477696E  # "twin": mixed into the data seed to draw the public twin
+# Records per owner of the twin that PublicInfo summarises: curvatures and gradient-norm quantiles
+# are per-record averages, which 4,096 records estimate to a few percent (the top eigenvalue of a
+# sample covariance errs upwards, on the safe side), at a fraction of the cost of full sizes.
+SUMMARY_RECORDS = 4096
 CURVATURE_SCALE = {"squared": 2.0, "logistic": 0.25}  # ℓ'' ≤ this, so ∇²(data term) ≼ scale·ZᵀZ/n
 
 
@@ -47,10 +51,16 @@ def twin_seed(seed: int) -> int:
     return twin if twin != seed else twin + 1
 
 
-def twin_scenario(scenario: Scenario) -> Scenario:
-    """``scenario`` with its data drawn from the twin seed (same sizes, shifts and settings)."""
-    data = scenario.data.model_copy(update={"seed": twin_seed(data_seed(scenario))})
-    return scenario.model_copy(update={"data": data})
+def twin_scenario(scenario: Scenario, sizes: np.ndarray | None = None) -> Scenario:
+    """``scenario`` with its data drawn from the twin seed (same settings; the same sizes, or
+    ``sizes`` when given, e.g. fewer records per owner for a summary)."""
+    update: dict = {"seed": twin_seed(data_seed(scenario))}
+    owners = scenario.owners
+    if sizes is not None:
+        update |= {"records": [int(n) for n in sizes], "owners": len(sizes)}
+        owners = [o.model_copy(update={"records": None}) for o in owners]
+    data = scenario.data.model_copy(update=update)
+    return scenario.model_copy(update={"data": data, "owners": owners})
 
 
 def proxy_consortium(scenario: Scenario, consortium: Consortium) -> Consortium:
@@ -165,9 +175,9 @@ def _compute(scenario: Scenario, consortium: Consortium, norms: bool) -> PublicI
     m, loss = scenario.model, scenario.model.loss
     records = norms or loss != "squared"
     if scenario.data.source == "synthetic":
-        twin = twin_scenario(scenario)
+        twin = twin_scenario(scenario, np.minimum(consortium.sizes, SUMMARY_RECORDS))
         owners = build_consortium(twin, keep_records=records).owners
-        source = f"synthetic twin (data seed {twin.data.seed})"
+        source = f"synthetic twin (data seed {twin.data.seed}, up to {SUMMARY_RECORDS:,} records per owner)"
     else:
         block = consortium.holdout
         if block is None or block.shape[1] <= block.shape[0]:
