@@ -13,8 +13,9 @@ owners' sizes, which are public in dpmarket:
   same sizes for pilot runs; the curvature needs only the hold-out as a whole.
 
 :class:`PublicInfo` condenses the proxy into what the learner's parameters need: a bound on
-one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights, and the
-per-example gradient norms at the proxy's optimum (for the clip bound).
+one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights and f*, the
+per-example gradient norms at the proxy's optimum (for the clip bound), and how far each proxy
+owner's own optimum lies from the proxy's (for the market's forecast of a coalition's bias).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket.data.consortium import Consortium, build_consortium, keeps_records
+from dpmarket.data.synthetic import owner_sizes
 from dpmarket.errors import ScenarioError
 from dpmarket.models import Objective, OwnerData, make_loss
 from dpmarket.scenario import Scenario
@@ -48,8 +50,13 @@ def twin_seed(seed: int) -> int:
 
 
 def twin_scenario(scenario: Scenario) -> Scenario:
-    """``scenario`` with its data drawn from the twin seed (same sizes, shifts and settings)."""
-    data = scenario.data.model_copy(update={"seed": twin_seed(data_seed(scenario))})
+    """``scenario`` with its data drawn from the twin seed (same sizes, shifts and settings).
+
+    Sizes drawn from a distribution are drawn with the data seed, so the twin is given the owners'
+    sizes as a list (they are public); otherwise its seed would draw other sizes.
+    """
+    sizes = [int(n) for n in owner_sizes(scenario, data_seed(scenario))]
+    data = scenario.data.model_copy(update={"seed": twin_seed(data_seed(scenario)), "records": sizes})
     return scenario.model_copy(update={"data": data})
 
 
@@ -86,6 +93,9 @@ class PublicInfo:
     eigenvalues: np.ndarray  # h_j of ∇²f on the proxy (ascending), 2λ included
     floor_weights: np.ndarray  # h_j e_j² / (2 f*) on the proxy: the floor law's weights
     gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted
+    f_star: float = float("nan")  # f(θ*) on the proxy: the scale of ψ
+    deviations: np.ndarray | None = None  # per proxy owner (θ_i* − θ*)ᵀ∇²f(θ_i* − θ*)/(2f*); None:
+    #                                       the proxy has no owners (a hold-out too small to split)
 
     def clip_bound(self, quantile: float) -> float:
         """The ``quantile`` of the proxy's per-example gradient norms at its optimum."""
@@ -118,6 +128,15 @@ def floor_terms(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
     h, V = np.linalg.eigh(hessian(objective, objective.theta_star))
     e = V.T @ objective.theta_star
     return h, h * e * e / (2.0 * objective.f_star)
+
+
+def deviations(objective: Objective, hess: np.ndarray) -> np.ndarray:
+    """Per owner, ψ of its own-data optimum to second order: (θ_i* − θ*)ᵀH(θ_i* − θ*)/(2f*).
+
+    How much the owners of the proxy differ; the forecast's heterogeneity term is built from it.
+    """
+    d = objective.own_data_models() - objective.theta_star
+    return np.einsum("ip,pq,iq->i", d, hess, d) / (2.0 * objective.f_star)
 
 
 def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
@@ -156,21 +175,36 @@ def _key(scenario: Scenario) -> str:
 def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
     """Build the proxy with its records and summarise it; the proxy itself is not kept."""
     m, loss = scenario.model, scenario.model.loss
+    owners, split, source = _proxy_records(scenario, consortium)
+    objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
+    norms = gradient_norms(objective, objective.theta_star)
+    if loss not in CURVATURE_SCALE:  # hinge: no curvature, no floor law, no forecast law
+        return PublicInfo(source, float("nan"), np.array([]), np.array([]), norms, objective.f_star)
+    h, w = floor_terms(objective)
+    dev = None
+    if split is not None:
+        parts = objective if split is owners else Objective(objective.loss, split, m.regularization,
+                                                            m.theta_max)
+        dev = deviations(parts, hessian(parts, parts.theta_star))
+    curvature = max(curvature_of(loss, o) for o in owners)
+    return PublicInfo(source, curvature, h, w, norms, objective.f_star, dev)
+
+
+def _proxy_records(scenario: Scenario, consortium: Consortium) -> tuple[list, list | None, str]:
+    """(the proxy's owners as one objective sees them, the proxy split into owners of the owners'
+    sizes or None when the hold-out is too small for that, where it came from)."""
     if scenario.data.source == "synthetic":
         twin = twin_scenario(scenario)
         owners = build_consortium(twin, keep_records=True).owners
-        source = f"synthetic twin (data seed {twin.data.seed})"
-    else:
-        block = consortium.holdout
-        if block is None or block.shape[1] <= block.shape[0]:
-            raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
-                                scenario.data.table.holdout,
-                                "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
-                                "forecast's pilots take their constants from the hold-out (never from the "
-                                "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
-        owners = [OwnerData.from_block(block, m.intercept, True)]
-        source = f"public hold-out ({block.shape[1]:,} rows)"
-    objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
-    curvature = (max(curvature_of(loss, o) for o in owners) if loss in CURVATURE_SCALE else float("nan"))
-    h, w = floor_terms(objective) if loss in CURVATURE_SCALE else (np.array([]), np.array([]))
-    return PublicInfo(source, curvature, h, w, gradient_norms(objective, objective.theta_star))
+        return owners, owners, f"synthetic twin (data seed {twin.data.seed})"
+    block = consortium.holdout
+    if block is None or block.shape[1] <= block.shape[0]:
+        raise ScenarioError(scenario.data.path or "data", "data.table.holdout",
+                            scenario.data.table.holdout,
+                            "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
+                            "forecast's pilots take their constants from the hold-out (never from the "
+                            "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
+    whole = [OwnerData.from_block(block, scenario.model.intercept, True)]
+    split = (_holdout_owners(scenario, consortium).owners
+             if block.shape[1] >= int(consortium.sizes.sum()) else None)
+    return whole, split, f"public hold-out ({block.shape[1]:,} rows)"
