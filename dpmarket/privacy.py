@@ -50,6 +50,22 @@ def answer_cap(split: str, iterations: int, share: float, cap: int | None,
     return max(1, int(stats.binom.ppf(quantile, iterations, share)))
 
 
+def answer_caps(split: str, iterations: int, shares: np.ndarray, caps: np.ndarray,
+                quantile: float) -> np.ndarray:
+    """:func:`answer_cap` elementwise over arrays of shares and caps (NaN: no cap given).
+
+    The market's forecast needs m_i for every owner of every coalition it considers; the values
+    are those of :func:`answer_cap` itself (called once per distinct pair), so the forecast and
+    the owners agree on every m_i.
+    """
+    shares, caps = np.broadcast_arrays(np.asarray(shares, dtype=float), np.asarray(caps, dtype=float))
+    given = np.where(np.isnan(caps), -1.0, caps)  # NaN never equals itself: a sentinel for np.unique
+    pairs, inverse = np.unique(np.stack([shares.ravel(), given.ravel()]), axis=1, return_inverse=True)
+    values = np.array([answer_cap(split, iterations, float(share), None if cap < 0 else int(cap), quantile)
+                       for share, cap in pairs.T], dtype=float)
+    return values[np.ravel(inverse)].reshape(shares.shape)
+
+
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
     """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping), with
     the 10⁻¹² margin of :func:`dpmarket.models.clip_margins` so rounding cannot end above it."""
