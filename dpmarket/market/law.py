@@ -1,0 +1,305 @@
+"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets (design §2, §4).
+
+Theorem 2's form (dpmarket/market/forecast.py) has one floor for coalitions of every size and
+noise that falls as Σε⁻²/n²; with the capped split and ρ = "auto" neither holds, so a market
+that extrapolates from it buys badly. The law follows Algorithm 1 instead. For a coalition S of
+N members with n records, share_i = n_i/n, clock-rate share π_i = λ_i/Σ_S λ, step ρ_S (the given
+number, or ``auto_rho`` with S's largest share), m_i = ``answer_cap(split, T, π_i, cap_i, quantile)``,
+Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
+
+- **floor** F_S = ``floor_law(ρ_S, N, T, λ, h, w)``: the N+1 copies' mean is a gradient flow of
+  length ηT, which leaves Σ_j w_j exp(−2ηTh_j) of ψ(0) (h_j, w_j from the public proxy);
+- **bias** B_S = Σ_i (share_i^S − n_i/n_all)² g_i: a coalition converges to its own optimum θ*_S,
+  not to everyone's. With owner deviations δ_i drawn independently, θ*_S − θ* = Σ_i (share_i^S −
+  share_i)δ_i, whose expected ψ is that sum with g_i = E δ_iᵀHδ_i/(2f*); g_i is estimated from the
+  proxy's owners, pooled across owners in proportion to their declared heterogeneity (synthetic
+  data: shift_i²; a table's hold-out split: 1/n_i, sampling noise alone), because one proxy draw
+  per owner is too noisy to tell owners apart;
+- **noise** V_S: each update moves the copies' mean by Nη·share_i·(gradient + w_i), w_i Laplace
+  with variance 2b_i² per coordinate, i asked with probability π_i, so per step the mean takes
+  noise of variance q = (Nη)² Σ_i π_i share_i² 2b_i², and in eigen-mode j after T steps
+  Var_j = q(1 − r_j^T)/(1 − r_j), r_j = (1 − ηh_j)². The published model is θ_L, not the mean:
+  θ_L has just been averaged with the copy of the owner asked last, which carries that owner's
+  whole last noise step ((N+1)² times q). Solving the stationary second moments of the copies'
+  offsets for uniform selection gives Var(θ_L − mean) = q·N(N²+N+2)/(2(N+1)) and
+  2Cov(mean, θ_L − mean) = −4qN/(N+1) (both checked by Monte Carlo): for N = 10 that jitter is
+  about half the mean's variance at ρ = "auto", for N = 86 four times it. V_S = Σ_j h_j(Var_j +
+  jitter)/(2f*).
+
+ψ̂_S = c₀·(F_S + B_S) + c₂·V_S, with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated law
+(``market.forecast = "law"``), or fitted to pilot runs on the public proxy (calibration.py).
+Everything the law reads is public: sizes, clock rates, caps, T, λ, Ξ, ρ's recipe and the proxy's
+summary (dpmarket/data/proxy.py); never the owners' records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from dpmarket.errors import ScenarioError
+from dpmarket.privacy import answer_caps
+from dpmarket.stepsize import auto_rho, floor_law
+
+CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
+
+
+@dataclass(frozen=True, eq=False)
+class LawInputs:
+    """The public arrays (one entry per owner) and scalars the law needs, validated finite."""
+
+    clock_rates: np.ndarray  # λ_i
+    caps: np.ndarray  # cap_i of [[owners]] or privacy.cap; NaN where none is given
+    heterogeneity: np.ndarray  # g_i (module docstring)
+    iterations: int  # T
+    lam: float  # λ
+    sensitivity: float  # Ξ
+    split: str  # privacy.split
+    quantile: float  # privacy.cap_quantile
+    rho: float | None  # the given ρ; None for "auto" (then ``auto`` holds its recipe)
+    auto: tuple[float, float, float, float]  # (curvature L̂, h_min, decay, fraction) for ρ = "auto"
+    inverse_frequency: bool  # learner.weighting = "inverse_frequency": answers scaled by 1/(Nπ_i)
+    eigenvalues: np.ndarray  # h_j of the proxy's ∇²f
+    floor_weights: np.ndarray  # w_j of the floor law
+    f_star: float  # f* of the proxy
+    source: str  # the proxy these came from
+
+
+def coalition_rho(inputs: LawInputs, owners: np.ndarray, share_max: np.ndarray) -> np.ndarray:
+    """ρ_S per coalition: the given ρ, or ρ = "auto" for its N and largest share (as a run derives it)."""
+    if inputs.rho is not None:
+        return np.full(np.shape(owners), inputs.rho)
+    curvature, h_min, decay, fraction = inputs.auto
+    return np.asarray(auto_rho(owners, inputs.iterations, inputs.lam, share_max, curvature, h_min,
+                               decay, fraction), dtype=float)
+
+
+def jitter(owners: np.ndarray) -> np.ndarray:
+    """Var(θ_L − mean) + 2Cov(mean, θ_L − mean) in units of q (module docstring), per coalition size."""
+    N = np.asarray(owners, dtype=float)
+    return N * (N * N + N + 2) / (2 * (N + 1)) - 4 * N / (N + 1)
+
+
+def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int) -> np.ndarray:
+    """Σ_{t<T} (1 − ηh_j)^{2t} per coalition and mode: the mean's noise variance in units of q."""
+    r = (1.0 - eta[:, None] * eigenvalues[None, :]) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(r == 1.0, float(iterations), (1.0 - r**iterations) / (1.0 - r))
+
+
+@dataclass(frozen=True)
+class Coalitions:
+    """Per coalition (rows of a mask): members, records, shares, clock shares, ρ and η."""
+
+    masks: np.ndarray  # (K, N) bool
+    owners: np.ndarray  # N_S
+    share: np.ndarray  # (K, N) n_i/n_S (0 outside S)
+    clock: np.ndarray  # (K, N) π_i (0 outside S)
+    rho: np.ndarray  # ρ_S
+    eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
+
+
+def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> Coalitions:
+    """What the law needs to know about each coalition in ``masks`` (non-empty rows)."""
+    owners = masks.sum(axis=1)
+    share = np.where(masks, records, 0.0) / (masks @ records)[:, None]
+    clock = np.where(masks, inputs.clock_rates, 0.0) / (masks @ inputs.clock_rates)[:, None]
+    rho = coalition_rho(inputs, owners, share.max(axis=1))
+    T = inputs.iterations
+    eta = rho / (T * T * 2.0 * inputs.lam * (owners + 1))
+    return Coalitions(masks, owners, share, clock, rho, eta)
+
+
+def answer_weights(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """The factor on each member's answer in its copy's step: share_i, or share_i/(Nπ_i) with
+    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting of frequent owners)."""
+    if not inputs.inverse_frequency:
+        return c.share
+    return c.share / np.where(c.masks, c.owners[:, None] * c.clock, 1.0)
+
+
+def caps_of(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """m_i of every member of every coalition, exactly as its owner would budget them."""
+    return answer_caps(inputs.split, inputs.iterations, c.clock, inputs.caps, inputs.quantile)
+
+
+def noise_per_step(inputs: LawInputs, c: Coalitions, records: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
+    """q per coalition: the variance per coordinate the copies' mean takes at one exchange."""
+    eps = np.where(c.masks, epsilons, 1.0)  # non-members: any ε > 0 (their terms are zeroed)
+    b = 2.0 * inputs.sensitivity * caps_of(inputs, c) / (records * eps)
+    per_owner = np.where(c.masks, c.clock * answer_weights(inputs, c) ** 2 * 2.0 * b**2, 0.0)
+    return (c.owners * c.eta) ** 2 * per_owner.sum(axis=1)
+
+
+def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """a_i per coalition with V_S ∝ Σ_i a_i ε_i⁻² (up to a factor of the coalition; rows scaled to a
+    largest weight of 1, empty rows 0): the weights a budget-constrained buyer should equalise,
+    C_i'(ε_i)ε_i³ ∝ a_i (policies.budget_epsilons)."""
+    masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+    records = np.asarray(records, dtype=float)
+    some = masks.any(axis=1)
+    c = coalitions_of(inputs, records, np.where(some[:, None], masks, True))
+    a = (c.clock * (answer_weights(inputs, c) * caps_of(inputs, c) / records) ** 2)
+    a = np.where(masks, a, 0.0)
+    scale = a.max(axis=1, keepdims=True)
+    return a / np.where(scale > 0, scale, 1.0)
+
+
+def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
+              masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(F_S + B_S, V_S) of every non-empty coalition in ``masks`` at ``epsilons`` ((N,) or (K, N))."""
+    records = np.asarray(records, dtype=float)
+    c = coalitions_of(inputs, records, masks)
+    h, T = inputs.eigenvalues, inputs.iterations
+    floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
+    everyone = records / records.sum()
+    bias = np.sum((c.share - everyone) ** 2 * inputs.heterogeneity, axis=1)
+    q = noise_per_step(inputs, c, records, epsilons)
+    modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]
+    noise = q * (modes @ h) / (2.0 * inputs.f_star)
+    return floor + bias, noise
+
+
+@dataclass(frozen=True)
+class LawForecast:
+    """ψ̂_S = c₀·(F_S + B_S) + c₂·V_S over any coalitions, with the fit it came from (if any)."""
+
+    inputs: LawInputs = field(repr=False, compare=False)
+    c0: float = 1.0
+    c2: float = 1.0
+    r2: float = float("nan")  # of log ψ̂ against log ψ over the pilots
+    rms_relative_error: float = float("nan")
+    points: int = 0
+    by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    form = "law"
+
+    def terms(self, epsilons: np.ndarray, records: np.ndarray,
+              masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty."""
+        masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+        eps = np.broadcast_to(np.asarray(epsilons, dtype=float), masks.shape)
+        some = masks.any(axis=1)
+        free, noise = np.full(len(masks), np.inf), np.full(len(masks), np.inf)
+        rows = np.flatnonzero(some)
+        for start in range(0, len(rows), CHUNK):
+            part = rows[start:start + CHUNK]
+            free[part], noise[part] = law_terms(self.inputs, eps[part], records, masks[part])
+        return free, noise
+
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """ψ̂ of every coalition in ``masks`` (K, N booleans) at the owners' ε; inf when empty.
+
+        The one place the market computes ψ̂: every policy, the run summary, the ``forecast`` and
+        ``market`` commands call this (through the forecast object they were given).
+        """
+        free, noise = self.terms(epsilons, records, masks)
+        return np.where(np.isfinite(free), self.c0 * free + self.c2 * noise, np.inf)
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂ (see :func:`noise_weights`)."""
+        return noise_weights(self.inputs, records, masks)
+
+    def describe(self) -> str:
+        """The formula with its multipliers, for the terminal."""
+        return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias) + {self.c2:.4g} x noise(eps, m_i, N) "
+                f"(law; public inputs from the {self.inputs.source})")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
+        return {"form": "law", "c0": self.c0, "c2": self.c2, "r2": self.r2,
+                "rms_relative_error": self.rms_relative_error, "points": self.points,
+                "by_size": [dict(row) for row in self.by_size]}
+
+    @classmethod
+    def from_dict(cls, data: dict, inputs: LawInputs) -> LawForecast:
+        """Inverse of :meth:`to_dict`, given the inputs rebuilt from the scenario."""
+        return cls(inputs, data["c0"], data["c2"], data["r2"], data["rms_relative_error"], data["points"],
+                   tuple(data.get("by_size", ())))
+
+
+def law_unavailable(scenario) -> str | None:
+    """Why the law cannot describe ``scenario``'s learner (None when it can)."""
+    if scenario.learner.algorithm != "async":
+        return "the law describes Algorithm 1 (learner.algorithm = 'async')"
+    if scenario.model.loss == "hinge":
+        return "the law needs a curvature (model.loss = 'squared' or 'logistic', not 'hinge')"
+    return None
+
+
+def build_inputs(scenario, consortium) -> LawInputs:
+    """The law's public inputs for ``scenario``'s owners (their sizes come with each call)."""
+    from dpmarket.data.proxy import public_info  # deferred: builds the proxy only when needed
+    from dpmarket.run import sensitivity  # deferred: run imports the market layer
+
+    info = public_info(scenario, consortium)
+    N, lr, p = len(consortium.owners), scenario.learner, scenario.privacy
+    rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)], dtype=float)
+    caps = np.array([np.nan if scenario.owner_value(i, "cap") is None else scenario.owner_value(i, "cap")
+                     for i in range(N)], dtype=float)
+    auto = (info.owner_curvature, float(info.eigenvalues[0]), lr.auto_decay, lr.auto_stability)
+    inputs = LawInputs(rates, caps, heterogeneity(scenario, consortium.sizes, info), lr.iterations,
+                       scenario.model.regularization, sensitivity(scenario, consortium), p.split,
+                       p.cap_quantile, None if lr.rho == "auto" else float(lr.rho), auto,
+                       lr.weighting == "inverse_frequency", info.eigenvalues, info.floor_weights,
+                       info.f_star, info.source)
+    check_inputs(scenario, inputs, consortium.sizes)
+    return inputs
+
+
+def heterogeneity(scenario, sizes: np.ndarray, info) -> np.ndarray:
+    """g_i: each owner's expected δ_iᵀHδ_i/(2f*), pooled from the proxy's owners (module docstring).
+
+    A proxy owner's deviation d_i = δ_i − Σ_k s_k δ_k has E d_iᵀHd_i/(2f*) = (1 − 2s_i)g_i + Σ_k s_k²g_k;
+    with g_i = κ·v_i (v_i the declared heterogeneity), κ is the ratio of the sums over owners.
+    """
+    if info.deviations is None:
+        raise ScenarioError(scenario.data.path or scenario.name, "data.table.holdout",
+                            scenario.data.table.holdout,
+                            f"the forecast needs the hold-out split into owners of the owners' sizes "
+                            f"({int(np.sum(sizes)):,} rows) to estimate how owners differ: enlarge it, or "
+                            "give market.forecast = {c0, c1, c2}")
+    sizes = np.asarray(sizes, dtype=float)
+    s = sizes / sizes.sum()
+    shifts = np.array([scenario.owner_value(i, "shift") for i in range(len(sizes))], dtype=float) ** 2
+    declared = shifts if scenario.data.source == "synthetic" and shifts.any() else 1.0 / sizes
+    expected = (1.0 - 2.0 * s) * declared + np.sum(s * s * declared)
+    return float(np.sum(info.deviations) / np.sum(expected)) * declared
+
+
+def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
+    """Every derived input finite, and ψ̂ finite for everyone and every owner alone at the smallest ε;
+    else a ScenarioError naming the key that made it non-finite."""
+    finite(inputs.f_star, "data.label_noise", scenario, "f* of the public proxy")
+    if not inputs.f_star > 0:
+        raise ScenarioError(scenario.name, "data.label_noise", scenario.data.label_noise,
+                            f"the public proxy fits its labels exactly (f* = {inputs.f_star!r})")
+    finite(inputs.eigenvalues, "model.regularization", scenario, "eigenvalues of the proxy's Hessian")
+    finite(inputs.floor_weights, "model.regularization", scenario, "floor weights")
+    finite(inputs.heterogeneity, "data.shift", scenario, "heterogeneity term")
+    N = len(sizes)
+    masks = np.vstack([np.ones((1, N), bool), np.eye(N, dtype=bool)])
+    rho = coalitions_of(inputs, np.asarray(sizes, dtype=float), masks).rho
+    if not np.all(np.isfinite(rho) & (rho > 0)):
+        raise ScenarioError(scenario.name, "learner.rho", scenario.learner.rho,
+                            f"gives a step of {rho.min()!r} for some coalition: give a positive number")
+    free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
+    finite(free, "learner.rho", scenario, "noise-free term")
+    finite(noise, "market.epsilon_min" if scenario.market else "privacy.epsilon", scenario, "noise term")
+
+
+def smallest_epsilons(scenario, owners: int) -> np.ndarray:
+    """The smallest budgets the forecast will be asked about: ε_min of a market, else the owners'."""
+    if scenario.market is not None:
+        return np.full(owners, scenario.market.epsilon_min)
+    return np.array([scenario.owner_value(i, "epsilon") for i in range(owners)], dtype=float)
+
+
+def finite(value, key: str, scenario, what: str):
+    """``value`` if every entry is finite, else a ScenarioError naming the scenario ``key`` behind it."""
+    if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+        section, _, name = key.partition(".")
+        current = getattr(getattr(scenario, section, None), name, None) if name else None
+        raise ScenarioError(scenario.name, key, current,
+                            f"makes the forecast's {what} non-finite ({value!r})")
+    return value
