@@ -94,8 +94,10 @@ class PublicInfo:
     floor_weights: np.ndarray  # h_j e_j² / (2 f*) on the proxy: the floor law's weights
     gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted
     f_star: float = float("nan")  # f(θ*) on the proxy: the scale of ψ
-    deviations: np.ndarray | None = None  # per proxy owner (θ_i* − θ*)ᵀ∇²f(θ_i* − θ*)/(2f*); None:
-    #                                       the proxy has no owners (a hold-out too small to split)
+    # Per proxy owner (None: a hold-out too small to split into owners of the owners' sizes):
+    deviations: np.ndarray | None = None  # (θ_i* − θ*)ᵀ∇²f(θ_i* − θ*)/(2f*): how far its optimum lies
+    gradient_modes: np.ndarray | None = None  # (N, p): (v_jᵀ∇f_i(θ*))², its data term's gradient at
+    #                                           θ* in the eigenbasis of h (the kicks of selection)
 
     def clip_bound(self, quantile: float) -> float:
         """The ``quantile`` of the proxy's per-example gradient norms at its optimum."""
@@ -119,24 +121,50 @@ def hessian(objective: Objective, theta: np.ndarray) -> np.ndarray:
     return lam2 + (Z * (s * (1.0 - s))[:, None]).T @ Z / objective.n
 
 
+def eigenbasis(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """(h_j ascending, V with the eigenvectors as columns) of ∇²f at θ*."""
+    return np.linalg.eigh(hessian(objective, objective.theta_star))
+
+
 def floor_terms(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
     """(h_j, w_j): eigenvalues of ∇²f at θ* and the floor law's weights h_j e_j²/(2f*), e = θ* − 0.
 
     ψ of a model at distance d from θ* is about Σ_j h_j d_j²/(2f*) in this basis; Algorithm 1
     starts at θ = 0, so d = θ* at the start.
     """
-    h, V = np.linalg.eigh(hessian(objective, objective.theta_star))
+    h, V = eigenbasis(objective)
     e = V.T @ objective.theta_star
     return h, h * e * e / (2.0 * objective.f_star)
 
 
-def deviations(objective: Objective, hess: np.ndarray) -> np.ndarray:
-    """Per owner, ψ of its own-data optimum to second order: (θ_i* − θ*)ᵀH(θ_i* − θ*)/(2f*).
+def owner_terms(parts: Objective, basis: np.ndarray, hess: np.ndarray,
+                f_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """How the owners of ``parts`` differ, for the forecast's heterogeneity and selection terms.
 
-    How much the owners of the proxy differ; the forecast's heterogeneity term is built from it.
+    Per owner: ψ of its own-data optimum to second order, (θ_i* − θ*)ᵀH(θ_i* − θ*)/(2f*); and its
+    data term's gradient at θ* in the eigenbasis ``basis``, squared per mode: a copy asked of owner i
+    moves along it, so random selection kicks the model even without noise.
     """
-    d = objective.own_data_models() - objective.theta_star
-    return np.einsum("ip,pq,iq->i", d, hess, d) / (2.0 * objective.f_star)
+    theta = parts.theta_star
+    d = parts.own_data_models() - theta
+    gradients = np.array([parts.loss.mean_grad(theta, o) for o in parts.owners])
+    return np.einsum("ip,pq,iq->i", d, hess, d) / (2.0 * f_star), (gradients @ basis) ** 2
+
+
+def summarise(source: str, objective: Objective, split: Objective | None) -> PublicInfo:
+    """:class:`PublicInfo` of a dataset seen as ``objective`` (and as ``split`` into owners of the
+    owners' sizes, if it can be). Used on the proxy; tests call it on the owners (an oracle)."""
+    norms = gradient_norms(objective, objective.theta_star) if objective.owners[0].Z is not None else None
+    loss = objective.loss.name
+    if loss not in CURVATURE_SCALE:  # hinge: no curvature, no floor law, no forecast law
+        return PublicInfo(source, float("nan"), np.array([]), np.array([]), norms, objective.f_star)
+    h, V = eigenbasis(objective)
+    _, w = floor_terms(objective)
+    dev = modes = None
+    if split is not None:
+        dev, modes = owner_terms(split, V, hessian(split, split.theta_star), objective.f_star)
+    curvature = max(curvature_of(loss, o) for o in objective.owners)
+    return PublicInfo(source, curvature, h, w, norms, objective.f_star, dev, modes)
 
 
 def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
@@ -174,20 +202,12 @@ def _key(scenario: Scenario) -> str:
 
 def _compute(scenario: Scenario, consortium: Consortium) -> PublicInfo:
     """Build the proxy with its records and summarise it; the proxy itself is not kept."""
-    m, loss = scenario.model, scenario.model.loss
+    m = scenario.model
     owners, split, source = _proxy_records(scenario, consortium)
-    objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
-    norms = gradient_norms(objective, objective.theta_star)
-    if loss not in CURVATURE_SCALE:  # hinge: no curvature, no floor law, no forecast law
-        return PublicInfo(source, float("nan"), np.array([]), np.array([]), norms, objective.f_star)
-    h, w = floor_terms(objective)
-    dev = None
-    if split is not None:
-        parts = objective if split is owners else Objective(objective.loss, split, m.regularization,
-                                                            m.theta_max)
-        dev = deviations(parts, hessian(parts, parts.theta_star))
-    curvature = max(curvature_of(loss, o) for o in owners)
-    return PublicInfo(source, curvature, h, w, norms, objective.f_star, dev)
+    objective = Objective(make_loss(m.loss), owners, m.regularization, m.theta_max)
+    parts = None if split is None else (
+        objective if split is owners else Objective(objective.loss, split, m.regularization, m.theta_max))
+    return summarise(source, objective, parts)
 
 
 def _proxy_records(scenario: Scenario, consortium: Consortium) -> tuple[list, list | None, str]:
