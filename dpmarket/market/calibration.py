@@ -35,7 +35,7 @@ from dpmarket.scenario import ForecastConstants, Scenario
 
 CACHE_DIR = Path("outputs") / "forecasts"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-2"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-3"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -143,11 +143,23 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
 
 
 def pilot_table(forecast, pilots: PilotRuns) -> dict:
-    """The pilots for the cache file: per point its ε, members, records, ψ and the fitted ψ̂."""
+    """The pilots for the cache file: per point its ε, members (count and indices), records, ψ and
+    the fitted ψ̂ — enough to refit another law to the same pilots (:func:`pilots_from_table`)."""
     fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
     return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
+            "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks],
             "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
             "psi_fitted": fitted.tolist()}
+
+
+def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
+    """The pilots of a cache file's content (``stored``), for owners of sizes ``records``."""
+    table = stored["pilots"]
+    masks = np.zeros((len(table["psi"]), len(records)), bool)
+    for k, owners in enumerate(table["owners"]):
+        masks[k, owners] = True
+    return PilotRuns(masks, np.array(table["epsilon"]), np.array(table["psi"]),
+                     np.asarray(records, dtype=float), stored["calibrated_on"])
 
 
 def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:

@@ -24,9 +24,15 @@ Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
   offsets for uniform selection gives Var(θ_L − mean) = q·N(N²+N+2)/(2(N+1)) and
   2Cov(mean, θ_L − mean) = −4qN/(N+1) (both checked by Monte Carlo): for N = 10 that jitter is
   about half the mean's variance at ρ = "auto", for N = 86 four times it. V_S = Σ_j h_j(Var_j +
-  jitter)/(2f*).
+  jitter)/(2f*);
+- **selection** S_S: without any noise the copy of owner i still moves along its own data term's
+  gradient g_i(θ*), which differs from owner to owner. With owners drawn at random these are
+  zero-mean kicks Nη·share_i·g_i to the mean, accumulating and jittering θ_L exactly like the noise:
+  S_S = Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter)/(2f*), with Γ_ij = E(v_jᵀg_i)²
+  pooled from the proxy's owners like g_i. It is what remains of the noise-free ψ once the floor
+  has decayed (small owners, owners that differ).
 
-ψ̂_S = c₀·(F_S + B_S) + c₂·V_S, with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated law
+ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S, with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated law
 (``market.forecast = "law"``), or fitted to pilot runs on the public proxy (calibration.py).
 Everything the law reads is public: sizes, clock rates, caps, T, λ, Ξ, ρ's recipe and the proxy's
 summary (dpmarket/data/proxy.py); never the owners' records.
@@ -52,6 +58,7 @@ class LawInputs:
     clock_rates: np.ndarray  # λ_i
     caps: np.ndarray  # cap_i of [[owners]] or privacy.cap; NaN where none is given
     heterogeneity: np.ndarray  # g_i (module docstring)
+    selection: np.ndarray  # (N, p) Γ_ij: owner i's squared data-term gradient at θ* along mode j
     iterations: int  # T
     lam: float  # λ
     sensitivity: float  # Ξ
@@ -148,22 +155,24 @@ def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> 
 
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(F_S + B_S, V_S) of every non-empty coalition in ``masks`` at ``epsilons`` ((N,) or (K, N))."""
+    """(F_S + B_S + S_S, V_S) of every non-empty coalition in ``masks`` at ``epsilons`` ((N,) or (K, N))."""
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, masks)
     h, T = inputs.eigenvalues, inputs.iterations
     floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
     everyone = records / records.sum()
     bias = np.sum((c.share - everyone) ** 2 * inputs.heterogeneity, axis=1)
+    modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]  # (K, p), in units of q
+    kicks = (c.owners * c.eta)[:, None] ** 2 * ((c.clock * answer_weights(inputs, c) ** 2) @ inputs.selection)
+    selection = ((kicks * modes) @ h) / (2.0 * inputs.f_star)
     q = noise_per_step(inputs, c, records, epsilons)
-    modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]
     noise = q * (modes @ h) / (2.0 * inputs.f_star)
-    return floor + bias, noise
+    return floor + bias + selection, noise
 
 
 @dataclass(frozen=True)
 class LawForecast:
-    """ψ̂_S = c₀·(F_S + B_S) + c₂·V_S over any coalitions, with the fit it came from (if any)."""
+    """ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S over any coalitions, with the fit it came from (if any)."""
 
     inputs: LawInputs = field(repr=False, compare=False)
     c0: float = 1.0
@@ -202,8 +211,8 @@ class LawForecast:
 
     def describe(self) -> str:
         """The formula with its multipliers, for the terminal."""
-        return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias) + {self.c2:.4g} x noise(eps, m_i, N) "
-                f"(law; public inputs from the {self.inputs.source})")
+        return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias + selection) + {self.c2:.4g} x "
+                f"noise(eps, m_i, N) (law; public inputs from the {self.inputs.source})")
 
     def to_dict(self) -> dict:
         """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
@@ -227,18 +236,22 @@ def law_unavailable(scenario) -> str | None:
     return None
 
 
-def build_inputs(scenario, consortium) -> LawInputs:
-    """The law's public inputs for ``scenario``'s owners (their sizes come with each call)."""
+def build_inputs(scenario, consortium, info=None) -> LawInputs:
+    """The law's public inputs for ``scenario``'s owners (their sizes come with each call).
+
+    ``info`` is the public proxy's summary (dpmarket/data/proxy.py), computed when not given; tests
+    pass the owners' own summary instead, to check the law apart from the proxy's error.
+    """
     from dpmarket.data.proxy import public_info  # deferred: builds the proxy only when needed
     from dpmarket.run import sensitivity  # deferred: run imports the market layer
 
-    info = public_info(scenario, consortium)
+    info = public_info(scenario, consortium) if info is None else info
     N, lr, p = len(consortium.owners), scenario.learner, scenario.privacy
     rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)], dtype=float)
     caps = np.array([np.nan if scenario.owner_value(i, "cap") is None else scenario.owner_value(i, "cap")
                      for i in range(N)], dtype=float)
     auto = (info.owner_curvature, float(info.eigenvalues[0]), lr.auto_decay, lr.auto_stability)
-    inputs = LawInputs(rates, caps, heterogeneity(scenario, consortium.sizes, info), lr.iterations,
+    inputs = LawInputs(rates, caps, *heterogeneity(scenario, consortium.sizes, info), lr.iterations,
                        scenario.model.regularization, sensitivity(scenario, consortium), p.split,
                        p.cap_quantile, None if lr.rho == "auto" else float(lr.rho), auto,
                        lr.weighting == "inverse_frequency", info.eigenvalues, info.floor_weights,
@@ -247,11 +260,13 @@ def build_inputs(scenario, consortium) -> LawInputs:
     return inputs
 
 
-def heterogeneity(scenario, sizes: np.ndarray, info) -> np.ndarray:
-    """g_i: each owner's expected δ_iᵀHδ_i/(2f*), pooled from the proxy's owners (module docstring).
+def heterogeneity(scenario, sizes: np.ndarray, info) -> tuple[np.ndarray, np.ndarray]:
+    """(g_i, Γ_ij): each owner's expected δ_iᵀHδ_i/(2f*) and squared gradient per mode at θ*,
+    pooled from the proxy's owners in proportion to the declared heterogeneity v_i.
 
-    A proxy owner's deviation d_i = δ_i − Σ_k s_k δ_k has E d_iᵀHd_i/(2f*) = (1 − 2s_i)g_i + Σ_k s_k²g_k;
-    with g_i = κ·v_i (v_i the declared heterogeneity), κ is the ratio of the sums over owners.
+    A proxy owner's deviation d_i = δ_i − Σ_k s_k δ_k has E d_iᵀHd_i = (1 − 2s_i)v_iκ + Σ_k s_k²v_kκ
+    when E δ_iᵀHδ_i = κv_i, so κ is the ratio of the sums over owners (per mode for Γ). One proxy
+    draw per owner is too noisy to tell owners apart; the declared shape is public.
     """
     if info.deviations is None:
         raise ScenarioError(scenario.data.path or scenario.name, "data.table.holdout",
@@ -263,8 +278,9 @@ def heterogeneity(scenario, sizes: np.ndarray, info) -> np.ndarray:
     s = sizes / sizes.sum()
     shifts = np.array([scenario.owner_value(i, "shift") for i in range(len(sizes))], dtype=float) ** 2
     declared = shifts if scenario.data.source == "synthetic" and shifts.any() else 1.0 / sizes
-    expected = (1.0 - 2.0 * s) * declared + np.sum(s * s * declared)
-    return float(np.sum(info.deviations) / np.sum(expected)) * declared
+    expected = np.sum((1.0 - 2.0 * s) * declared + np.sum(s * s * declared))
+    return (np.sum(info.deviations) / expected * declared,
+            np.outer(declared, np.sum(info.gradient_modes, axis=0) / expected))
 
 
 def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
@@ -277,13 +293,15 @@ def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
     finite(inputs.eigenvalues, "model.regularization", scenario, "eigenvalues of the proxy's Hessian")
     finite(inputs.floor_weights, "model.regularization", scenario, "floor weights")
     finite(inputs.heterogeneity, "data.shift", scenario, "heterogeneity term")
+    finite(inputs.selection, "data.shift", scenario, "selection term")
     N = len(sizes)
     masks = np.vstack([np.ones((1, N), bool), np.eye(N, dtype=bool)])
     rho = coalitions_of(inputs, np.asarray(sizes, dtype=float), masks).rho
     if not np.all(np.isfinite(rho) & (rho > 0)):
         raise ScenarioError(scenario.name, "learner.rho", scenario.learner.rho,
                             f"gives a step of {rho.min()!r} for some coalition: give a positive number")
-    free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, naming the key
+        free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
     finite(free, "learner.rho", scenario, "noise-free term")
     finite(noise, "market.epsilon_min" if scenario.market else "privacy.epsilon", scenario, "noise term")
 
@@ -297,9 +315,11 @@ def smallest_epsilons(scenario, owners: int) -> np.ndarray:
 
 def finite(value, key: str, scenario, what: str):
     """``value`` if every entry is finite, else a ScenarioError naming the scenario ``key`` behind it."""
-    if not np.all(np.isfinite(np.asarray(value, dtype=float))):
+    flat = np.asarray(value, dtype=float).ravel()
+    bad = flat[~np.isfinite(flat)]
+    if len(bad):
         section, _, name = key.partition(".")
         current = getattr(getattr(scenario, section, None), name, None) if name else None
         raise ScenarioError(scenario.name, key, current,
-                            f"makes the forecast's {what} non-finite ({value!r})")
+                            f"makes the forecast's {what} non-finite ({float(bad[0])!r})")
     return value
