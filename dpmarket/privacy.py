@@ -55,15 +55,15 @@ def answer_caps(split: str, iterations: int, shares: np.ndarray, caps: np.ndarra
     """:func:`answer_cap` elementwise over arrays of shares and caps (NaN: no cap given).
 
     The market's forecast needs m_i for every owner of every coalition it considers; the values
-    are those of :func:`answer_cap` itself (called once per distinct pair), so the forecast and
+    are those of :func:`answer_cap` itself (called once per distinct share), so the forecast and
     the owners agree on every m_i.
     """
     shares, caps = np.broadcast_arrays(np.asarray(shares, dtype=float), np.asarray(caps, dtype=float))
-    given = np.where(np.isnan(caps), -1.0, caps)  # NaN never equals itself: a sentinel for np.unique
-    pairs, inverse = np.unique(np.stack([shares.ravel(), given.ravel()]), axis=1, return_inverse=True)
-    values = np.array([answer_cap(split, iterations, float(share), None if cap < 0 else int(cap), quantile)
-                       for share, cap in pairs.T], dtype=float)
-    return values[np.ravel(inverse)].reshape(shares.shape)
+    if split == "horizon":
+        return np.full(shares.shape, float(iterations))
+    values, inverse = np.unique(shares, return_inverse=True)
+    m = np.array([answer_cap(split, iterations, float(v), None, quantile) for v in values], dtype=float)
+    return np.where(np.isnan(caps), m[np.ravel(inverse)].reshape(shares.shape), caps)
 
 
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:

@@ -41,6 +41,7 @@ summary (dpmarket/data/proxy.py); never the owners' records.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -72,6 +73,11 @@ class LawInputs:
     f_star: float  # f* of the proxy
     source: str  # the proxy these came from
 
+    @cached_property
+    def rate_values(self) -> np.ndarray:
+        """The distinct clock rates, ascending (owners of one rate share m in a coalition)."""
+        return np.unique(self.clock_rates)
+
 
 def coalition_rho(inputs: LawInputs, owners: np.ndarray, share_max: np.ndarray) -> np.ndarray:
     """ρ_S per coalition: the given ρ, or ρ = "auto" for its N and largest share (as a run derives it)."""
@@ -97,60 +103,120 @@ def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int) -> 
 
 @dataclass(frozen=True)
 class Coalitions:
-    """Per coalition (rows of a mask): members, records, shares, clock shares, ρ and η."""
+    """Per coalition (rows of a mask): its members, their records and clock rates, ρ and η.
 
-    masks: np.ndarray  # (K, N) bool
+    Sums over members are products with the mask (BLAS), never (coalitions × owners) loops: sampled
+    Shapley values ask for tens of thousands of coalitions of 86 owners at once.
+    """
+
+    masks: np.ndarray  # (K, N) as floats: 1 for a member
     owners: np.ndarray  # N_S
-    share: np.ndarray  # (K, N) n_i/n_S (0 outside S)
-    clock: np.ndarray  # (K, N) π_i (0 outside S)
+    records: np.ndarray  # n_S
+    totals: np.ndarray  # Λ_S = Σ_S λ: the members' clock rates added up
     rho: np.ndarray  # ρ_S
     eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
 
 
 def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> Coalitions:
     """What the law needs to know about each coalition in ``masks`` (non-empty rows)."""
-    owners = masks.sum(axis=1)
-    share = np.where(masks, records, 0.0) / (masks @ records)[:, None]
-    clock = np.where(masks, inputs.clock_rates, 0.0) / (masks @ inputs.clock_rates)[:, None]
-    rho = coalition_rho(inputs, owners, share.max(axis=1))
+    member = np.asarray(masks, dtype=float)
+    owners, n = member.sum(axis=1), member @ records
+    share_max = np.max(member * records, axis=1) / n
+    rho = coalition_rho(inputs, owners, share_max)
     T = inputs.iterations
     eta = rho / (T * T * 2.0 * inputs.lam * (owners + 1))
-    return Coalitions(masks, owners, share, clock, rho, eta)
+    return Coalitions(member, owners, n, member @ inputs.clock_rates, rho, eta)
 
 
-def answer_weights(inputs: LawInputs, c: Coalitions) -> np.ndarray:
-    """The factor on each member's answer in its copy's step: share_i, or share_i/(Nπ_i) with
-    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting of frequent owners)."""
-    if not inputs.inverse_frequency:
-        return c.share
-    return c.share / np.where(c.masks, c.owners[:, None] * c.clock, 1.0)
+def clock_factor(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
+    """(per owner a_i, per coalition F_S) with π_i·w_i² = a_i·F_S for a member i of S.
+
+    π_i = λ_i/Λ_S is how often i is asked and w_i the factor on its answer: 1, or 1/(Nπ_i) with
+    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting), where π_i·w_i² = Λ_S/(N²λ_i).
+    """
+    if inputs.inverse_frequency:
+        return 1.0 / inputs.clock_rates, c.totals / c.owners**2
+    return inputs.clock_rates, 1.0 / c.totals
+
+
+def cap_grid(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct clock rates r, M (K, R): m of an owner of rate r without a cap, in each coalition).
+
+    π = r/Λ_S takes few values (one per rate and coalition total), so m is computed on that grid by
+    :func:`answer_caps` — the very numbers each owner budgets with.
+    """
+    rates = inputs.rate_values
+    if len(c.totals) == 1:  # one coalition (a price search asks hundreds of times): no sorting
+        totals, which = c.totals, np.zeros(1, dtype=np.intp)
+    else:
+        totals, which = np.unique(c.totals, return_inverse=True)
+    shares = np.minimum(rates[:, None] / totals[None, :], 1.0)  # > 1 only for owners outside
+    grid = answer_caps(inputs.split, inputs.iterations, shares, np.nan, inputs.quantile)
+    return rates, grid[:, np.ravel(which)].T
 
 
 def caps_of(inputs: LawInputs, c: Coalitions) -> np.ndarray:
-    """m_i of every member of every coalition, exactly as its owner would budget them."""
-    return answer_caps(inputs.split, inputs.iterations, c.clock, inputs.caps, inputs.quantile)
+    """m_i of every owner in every coalition (K, N), as a member would budget them (mask the others)."""
+    rates, M = cap_grid(inputs, c)
+    m = M[:, np.searchsorted(rates, inputs.clock_rates)]
+    return m if inputs.split != "capped" else np.where(np.isnan(inputs.caps), m, inputs.caps)
+
+
+def cap_weighted(inputs: LawInputs, c: Coalitions, per_owner: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Σ_{i∈S} per_owner_i·m_i(S)²·values_ki for each coalition k (``values`` (K, N), zero outside S).
+
+    Owners are grouped by clock rate (same m within a coalition) and by a given cap (m = cap):
+    one product per group instead of (K, N) caps.
+    """
+    rates, M = cap_grid(inputs, c)
+    given = ~np.isnan(inputs.caps) if inputs.split == "capped" else np.zeros(len(inputs.caps), bool)
+    groups = (inputs.clock_rates[:, None] == rates[None, :]) & ~given[:, None]  # (N, R)
+    total = (values @ (per_owner[:, None] * groups) * M**2).sum(axis=1)
+    if given.any():
+        total = total + values @ np.where(given, per_owner * np.nan_to_num(inputs.caps) ** 2, 0.0)
+    return total
 
 
 def noise_per_step(inputs: LawInputs, c: Coalitions, records: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
-    """q per coalition: the variance per coordinate the copies' mean takes at one exchange."""
-    eps = np.where(c.masks, epsilons, 1.0)  # non-members: any ε > 0 (their terms are zeroed)
-    b = 2.0 * inputs.sensitivity * caps_of(inputs, c) / (records * eps)
-    per_owner = np.where(c.masks, c.clock * answer_weights(inputs, c) ** 2 * 2.0 * b**2, 0.0)
-    return (c.owners * c.eta) ** 2 * per_owner.sum(axis=1)
+    """q per coalition: the variance per coordinate the copies' mean takes at one exchange.
+
+    q = (Nη)² Σ_i π_i w_i² share_i² 2b_i², and share_i·b_i = 2Ξm_i/(n_S ε_i), so
+    q = (Nη)² (8Ξ²/n_S²) F_S Σ_i a_i m_i² ε_i⁻² (:func:`clock_factor`).
+    """
+    eps = np.asarray(epsilons, dtype=float)
+    inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # ε of non-members (0 if declined): unused
+    a, factor = clock_factor(inputs, c)
+    if inverse.ndim == 1:  # one ε per owner for every coalition: fold it into the owners' weights
+        total = cap_weighted(inputs, c, a * inverse, c.masks)
+    else:
+        total = cap_weighted(inputs, c, a, c.masks * inverse)
+    return (c.owners * c.eta) ** 2 * 8.0 * inputs.sensitivity**2 / c.records**2 * factor * total
 
 
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """a_i per coalition with V_S ∝ Σ_i a_i ε_i⁻² (up to a factor of the coalition; rows scaled to a
-    largest weight of 1, empty rows 0): the weights a budget-constrained buyer should equalise,
-    C_i'(ε_i)ε_i³ ∝ a_i (policies.budget_epsilons)."""
+    """a_i m_i² per coalition, V_S ∝ Σ_i a_i m_i² ε_i⁻² (rows scaled to a largest weight of 1, empty
+    rows 0): the weights a budget-constrained buyer should equalise, C_i'(ε_i)ε_i³ ∝ a_i m_i²
+    (policies.budget_epsilons)."""
     masks = np.atleast_2d(np.asarray(masks, dtype=bool))
-    records = np.asarray(records, dtype=float)
     some = masks.any(axis=1)
-    c = coalitions_of(inputs, records, np.where(some[:, None], masks, True))
-    a = (c.clock * (answer_weights(inputs, c) * caps_of(inputs, c) / records) ** 2)
-    a = np.where(masks, a, 0.0)
+    c = coalitions_of(inputs, np.asarray(records, dtype=float), np.where(some[:, None], masks, True))
+    a = np.where(masks, clock_factor(inputs, c)[0] * caps_of(inputs, c) ** 2, 0.0)
     scale = a.max(axis=1, keepdims=True)
     return a / np.where(scale > 0, scale, 1.0)
+
+
+def bias_term(inputs: LawInputs, c: Coalitions, records: np.ndarray) -> np.ndarray:
+    """B_S = Σ_i (share_i^S − s_i)² g_i, expanded into products with the mask."""
+    s, g = records / records.sum(), inputs.heterogeneity
+    return ((c.masks @ (records**2 * g)) / c.records**2 - 2.0 * (c.masks @ (records * s * g)) / c.records
+            + np.sum(s * s * g))
+
+
+def selection_kicks(inputs: LawInputs, c: Coalitions, records: np.ndarray) -> np.ndarray:
+    """(K, p) per-step variance of the selection kicks along each mode: (Nη)² Σ_i π_i w_i² share_i² Γ_ij."""
+    a, factor = clock_factor(inputs, c)
+    weighted = c.masks @ ((a * records**2)[:, None] * inputs.selection)
+    return ((c.owners * c.eta) ** 2 * factor / c.records**2)[:, None] * weighted
 
 
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
@@ -160,14 +226,10 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     c = coalitions_of(inputs, records, masks)
     h, T = inputs.eigenvalues, inputs.iterations
     floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
-    everyone = records / records.sum()
-    bias = np.sum((c.share - everyone) ** 2 * inputs.heterogeneity, axis=1)
     modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]  # (K, p), in units of q
-    kicks = (c.owners * c.eta)[:, None] ** 2 * ((c.clock * answer_weights(inputs, c) ** 2) @ inputs.selection)
-    selection = ((kicks * modes) @ h) / (2.0 * inputs.f_star)
-    q = noise_per_step(inputs, c, records, epsilons)
-    noise = q * (modes @ h) / (2.0 * inputs.f_star)
-    return floor + bias + selection, noise
+    selection = ((selection_kicks(inputs, c, records) * modes) @ h) / (2.0 * inputs.f_star)
+    noise = noise_per_step(inputs, c, records, epsilons) * (modes @ h) / (2.0 * inputs.f_star)
+    return floor + bias_term(inputs, c, records) + selection, noise
 
 
 @dataclass(frozen=True)
@@ -187,13 +249,15 @@ class LawForecast:
               masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty."""
         masks = np.atleast_2d(np.asarray(masks, dtype=bool))
-        eps = np.broadcast_to(np.asarray(epsilons, dtype=float), masks.shape)
+        eps = np.asarray(epsilons, dtype=float)
+        eps = eps if eps.ndim < 2 else np.broadcast_to(eps, masks.shape)  # one ε vector, or one per row
         some = masks.any(axis=1)
         free, noise = np.full(len(masks), np.inf), np.full(len(masks), np.inf)
         rows = np.flatnonzero(some)
         for start in range(0, len(rows), CHUNK):
             part = rows[start:start + CHUNK]
-            free[part], noise[part] = law_terms(self.inputs, eps[part], records, masks[part])
+            free[part], noise[part] = law_terms(self.inputs, eps if eps.ndim < 2 else eps[part], records,
+                                                masks[part])
         return free, noise
 
     def coalitions(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -300,7 +364,7 @@ def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
     if not np.all(np.isfinite(rho) & (rho > 0)):
         raise ScenarioError(scenario.name, "learner.rho", scenario.learner.rho,
                             f"gives a step of {rho.min()!r} for some coalition: give a positive number")
-    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, naming the key
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported below, naming the key
         free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
     finite(free, "learner.rho", scenario, "noise-free term")
     finite(noise, "market.epsilon_min" if scenario.market else "privacy.epsilon", scenario, "noise term")

@@ -61,7 +61,7 @@ def _law_terms(forecast, eps: np.ndarray, sizes: np.ndarray, members: np.ndarray
     if forecast.form != "law" or not members.any():
         return ""
     free, noise = forecast.terms(eps, sizes, members)
-    return (f" = {forecast.c0:.3g} x {free[0]:.4g} (floor + bias, noise-free) "
+    return (f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) "
             f"+ {forecast.c2:.3g} x {noise[0]:.4g} (noise)")
 
 
