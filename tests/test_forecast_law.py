@@ -38,8 +38,8 @@ def without_n_plus_one(monkeypatch) -> None:
     """A wrong law: the mean of N copies instead of N+1 (in η and in the floor)."""
     true_coalitions, true_floor = law.coalitions_of, law.floor_law
 
-    def coalitions(inputs, records, masks):
-        c = true_coalitions(inputs, records, masks)
+    def coalitions(*args):
+        c = true_coalitions(*args)
         return replace(c, eta=c.eta * (c.owners + 1) / c.owners)
 
     monkeypatch.setattr(law, "coalitions_of", coalitions)

@@ -101,12 +101,31 @@ def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int) -> 
         return np.where(r == 1.0, float(iterations), (1.0 - r**iterations) / (1.0 - r))
 
 
+def owner_weights(inputs: LawInputs) -> np.ndarray:
+    """a_i with π_i·w_i² = a_i·F_S for a member i of S (:func:`clock_factor` gives F_S).
+
+    π_i = λ_i/Λ_S is how often i is asked and w_i the factor on its answer: 1, or 1/(Nπ_i) with
+    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting), where π_i·w_i² = Λ_S/(N²λ_i).
+    """
+    return 1.0 / inputs.clock_rates if inputs.inverse_frequency else inputs.clock_rates
+
+
+def cap_groups(inputs: LawInputs) -> np.ndarray:
+    """(N, R + 1): per distinct clock rate r, its owners without a cap of their own (they share
+    m(r/Λ_S) in a coalition); last column, cap_i² of the owners whose cap is given (m = cap)."""
+    given = ~np.isnan(inputs.caps) if inputs.split == "capped" else np.zeros(len(inputs.caps), bool)
+    groups = (inputs.clock_rates[:, None] == inputs.rate_values[None, :]) & ~given[:, None]
+    return np.column_stack([groups, np.where(given, np.nan_to_num(inputs.caps) ** 2, 0.0)])
+
+
 @dataclass(frozen=True)
 class Coalitions:
-    """Per coalition (rows of a mask): its members, their records and clock rates, ρ and η.
+    """Per coalition (rows of a mask): its size, records, clock rates, ρ, η and the sums over its
+    members the law needs.
 
-    Sums over members are products with the mask (BLAS), never (coalitions × owners) loops: sampled
-    Shapley values ask for tens of thousands of coalitions of 86 owners at once.
+    Every sum over members comes from one product of the mask with a matrix of per-owner columns
+    (BLAS), never a (coalitions × owners) loop: sampled Shapley values ask for tens of thousands
+    of coalitions of 86 owners at once.
     """
 
     masks: np.ndarray  # (K, N) as floats: 1 for a member
@@ -115,82 +134,69 @@ class Coalitions:
     totals: np.ndarray  # Λ_S = Σ_S λ: the members' clock rates added up
     rho: np.ndarray  # ρ_S
     eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
+    bias: np.ndarray  # (K, 2): Σ_S n_i²g_i, Σ_S n_i s_i g_i
+    kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ_ij
+    noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
 
 
-def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> Coalitions:
-    """What the law needs to know about each coalition in ``masks`` (non-empty rows)."""
+def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray,
+                  epsilons: np.ndarray | None = None) -> Coalitions:
+    """What the law needs to know about each coalition in ``masks`` (non-empty rows) at ``epsilons``
+    ((N,) or (K, N); ε of non-members is never used)."""
     member = np.asarray(masks, dtype=float)
-    owners, n = member.sum(axis=1), member @ records
-    share_max = np.max(member * records, axis=1) / n
-    rho = coalition_rho(inputs, owners, share_max)
-    T = inputs.iterations
-    eta = rho / (T * T * 2.0 * inputs.lam * (owners + 1))
-    return Coalitions(member, owners, n, member @ inputs.clock_rates, rho, eta)
+    a, s, g = owner_weights(inputs), records / records.sum(), inputs.heterogeneity
+    columns = [np.ones_like(records), records, inputs.clock_rates, records**2 * g, records * s * g,
+               (a * records**2)[:, None] * inputs.selection]
+    inverse = None
+    if epsilons is not None:
+        eps = np.asarray(epsilons, dtype=float)
+        inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
+        if inverse.ndim == 1:  # one ε per owner for every coalition: a column like the others
+            columns.append((a * inverse)[:, None] * cap_groups(inputs))
+    sums = member @ np.column_stack(columns)
+    owners, n, totals, p = sums[:, 0], sums[:, 1], sums[:, 2], len(inputs.eigenvalues)
+    noise = None if inverse is None else (
+        sums[:, 5 + p:] if inverse.ndim == 1 else (member * inverse) @ (a[:, None] * cap_groups(inputs)))
+    rho = coalition_rho(inputs, owners, np.max(member * records, axis=1) / n)
+    eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
+    return Coalitions(member, owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise)
 
 
-def clock_factor(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
-    """(per owner a_i, per coalition F_S) with π_i·w_i² = a_i·F_S for a member i of S.
-
-    π_i = λ_i/Λ_S is how often i is asked and w_i the factor on its answer: 1, or 1/(Nπ_i) with
-    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting), where π_i·w_i² = Λ_S/(N²λ_i).
-    """
-    if inputs.inverse_frequency:
-        return 1.0 / inputs.clock_rates, c.totals / c.owners**2
-    return inputs.clock_rates, 1.0 / c.totals
+def clock_factor(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """F_S with π_i·w_i² = a_i·F_S (:func:`owner_weights`): 1/Λ_S, or Λ_S/N² with inverse frequency."""
+    return c.totals / c.owners**2 if inputs.inverse_frequency else 1.0 / c.totals
 
 
-def cap_grid(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
-    """(the distinct clock rates r, M (K, R): m of an owner of rate r without a cap, in each coalition).
+def cap_grid(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """M (K, R): m of an owner of the r-th distinct clock rate without a cap, in each coalition.
 
     π = r/Λ_S takes few values (one per rate and coalition total), so m is computed on that grid by
     :func:`answer_caps` — the very numbers each owner budgets with.
     """
-    rates = inputs.rate_values
     if len(c.totals) == 1:  # one coalition (a price search asks hundreds of times): no sorting
         totals, which = c.totals, np.zeros(1, dtype=np.intp)
     else:
         totals, which = np.unique(c.totals, return_inverse=True)
-    shares = np.minimum(rates[:, None] / totals[None, :], 1.0)  # > 1 only for owners outside
+    shares = np.minimum(inputs.rate_values[:, None] / totals[None, :], 1.0)  # > 1 only for owners outside
     grid = answer_caps(inputs.split, inputs.iterations, shares, np.nan, inputs.quantile)
-    return rates, grid[:, np.ravel(which)].T
+    return grid[:, np.ravel(which)].T
 
 
 def caps_of(inputs: LawInputs, c: Coalitions) -> np.ndarray:
     """m_i of every owner in every coalition (K, N), as a member would budget them (mask the others)."""
-    rates, M = cap_grid(inputs, c)
-    m = M[:, np.searchsorted(rates, inputs.clock_rates)]
+    m = cap_grid(inputs, c)[:, np.searchsorted(inputs.rate_values, inputs.clock_rates)]
     return m if inputs.split != "capped" else np.where(np.isnan(inputs.caps), m, inputs.caps)
 
 
-def cap_weighted(inputs: LawInputs, c: Coalitions, per_owner: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Σ_{i∈S} per_owner_i·m_i(S)²·values_ki for each coalition k (``values`` (K, N), zero outside S).
-
-    Owners are grouped by clock rate (same m within a coalition) and by a given cap (m = cap):
-    one product per group instead of (K, N) caps.
-    """
-    rates, M = cap_grid(inputs, c)
-    given = ~np.isnan(inputs.caps) if inputs.split == "capped" else np.zeros(len(inputs.caps), bool)
-    groups = (inputs.clock_rates[:, None] == rates[None, :]) & ~given[:, None]  # (N, R)
-    total = (values @ (per_owner[:, None] * groups) * M**2).sum(axis=1)
-    if given.any():
-        total = total + values @ np.where(given, per_owner * np.nan_to_num(inputs.caps) ** 2, 0.0)
-    return total
-
-
-def noise_per_step(inputs: LawInputs, c: Coalitions, records: np.ndarray, epsilons: np.ndarray) -> np.ndarray:
+def noise_per_step(inputs: LawInputs, c: Coalitions) -> np.ndarray:
     """q per coalition: the variance per coordinate the copies' mean takes at one exchange.
 
     q = (Nη)² Σ_i π_i w_i² share_i² 2b_i², and share_i·b_i = 2Ξm_i/(n_S ε_i), so
-    q = (Nη)² (8Ξ²/n_S²) F_S Σ_i a_i m_i² ε_i⁻² (:func:`clock_factor`).
+    q = (Nη)² (8Ξ²/n_S²) F_S Σ_i a_i m_i² ε_i⁻², the sum taken per cap group (m shared, or a cap).
     """
-    eps = np.asarray(epsilons, dtype=float)
-    inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # ε of non-members (0 if declined): unused
-    a, factor = clock_factor(inputs, c)
-    if inverse.ndim == 1:  # one ε per owner for every coalition: fold it into the owners' weights
-        total = cap_weighted(inputs, c, a * inverse, c.masks)
-    else:
-        total = cap_weighted(inputs, c, a, c.masks * inverse)
-    return (c.owners * c.eta) ** 2 * 8.0 * inputs.sensitivity**2 / c.records**2 * factor * total
+    total = np.sum(c.noise[:, :-1] * cap_grid(inputs, c) ** 2, axis=1) + c.noise[:, -1]
+    scale = (c.owners * c.eta) ** 2 * 8.0 * inputs.sensitivity**2 / c.records**2
+    return scale * clock_factor(inputs, c) * total
 
 
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -200,36 +206,24 @@ def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> 
     masks = np.atleast_2d(np.asarray(masks, dtype=bool))
     some = masks.any(axis=1)
     c = coalitions_of(inputs, np.asarray(records, dtype=float), np.where(some[:, None], masks, True))
-    a = np.where(masks, clock_factor(inputs, c)[0] * caps_of(inputs, c) ** 2, 0.0)
-    scale = a.max(axis=1, keepdims=True)
-    return a / np.where(scale > 0, scale, 1.0)
-
-
-def bias_term(inputs: LawInputs, c: Coalitions, records: np.ndarray) -> np.ndarray:
-    """B_S = Σ_i (share_i^S − s_i)² g_i, expanded into products with the mask."""
-    s, g = records / records.sum(), inputs.heterogeneity
-    return ((c.masks @ (records**2 * g)) / c.records**2 - 2.0 * (c.masks @ (records * s * g)) / c.records
-            + np.sum(s * s * g))
-
-
-def selection_kicks(inputs: LawInputs, c: Coalitions, records: np.ndarray) -> np.ndarray:
-    """(K, p) per-step variance of the selection kicks along each mode: (Nη)² Σ_i π_i w_i² share_i² Γ_ij."""
-    a, factor = clock_factor(inputs, c)
-    weighted = c.masks @ ((a * records**2)[:, None] * inputs.selection)
-    return ((c.owners * c.eta) ** 2 * factor / c.records**2)[:, None] * weighted
+    weights = np.where(masks, owner_weights(inputs) * caps_of(inputs, c) ** 2, 0.0)
+    scale = weights.max(axis=1, keepdims=True)
+    return weights / np.where(scale > 0, scale, 1.0)
 
 
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(F_S + B_S + S_S, V_S) of every non-empty coalition in ``masks`` at ``epsilons`` ((N,) or (K, N))."""
     records = np.asarray(records, dtype=float)
-    c = coalitions_of(inputs, records, masks)
-    h, T = inputs.eigenvalues, inputs.iterations
+    c = coalitions_of(inputs, records, masks, epsilons)
+    h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
     floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
+    s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
+    bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
     modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]  # (K, p), in units of q
-    selection = ((selection_kicks(inputs, c, records) * modes) @ h) / (2.0 * inputs.f_star)
-    noise = noise_per_step(inputs, c, records, epsilons) * (modes @ h) / (2.0 * inputs.f_star)
-    return floor + bias_term(inputs, c, records) + selection, noise
+    kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
+    noise = noise_per_step(inputs, c) * (modes @ h) / scale
+    return floor + bias + ((kicks * modes) @ h) / scale, noise
 
 
 @dataclass(frozen=True)
