@@ -24,14 +24,17 @@ from typing import Protocol
 
 import numpy as np
 
+from dpmarket.market.members import as_members
+
 
 class Forecaster(Protocol):
     """What the market asks of a forecast (:class:`Forecast` here, ``law.LawForecast``)."""
 
     form: str
 
-    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """ψ̂ of every coalition in ``masks`` at ``epsilons``; inf for an empty one."""
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at ``epsilons``; inf
+        for an empty one."""
 
     def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂."""
@@ -67,15 +70,19 @@ class Forecast:
         a, b = regressors(epsilons, records)
         return self.c0 + self.c1 * a + self.c2 * b
 
-    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """ψ̂ of every coalition in ``masks`` (K, N booleans) at the owners' ε ((N,) or (K, N));
-        inf when empty. The one place the market computes ψ̂ (law.LawForecast has the same call)."""
-        masks = np.atleast_2d(masks)
-        safe = np.where(masks, np.asarray(epsilons, dtype=float), 1.0)  # non-members: any ε > 0
-        inv = np.where(masks, safe**-2.0, 0.0).sum(axis=1)
-        n = masks @ np.asarray(records, dtype=float)
-        some = masks.any(axis=1)  # an empty coalition: ψ̂ = inf, without dividing by zero
-        n = np.where(some, n, 1.0)
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at the owners' ε ((N,)
+        or (K, N)); inf when empty. The one place the market computes ψ̂ (law.LawForecast has the
+        same call)."""
+        members = as_members(coalitions)
+        eps = np.asarray(epsilons, dtype=float)
+        inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
+        if inverse.ndim == 1:
+            inv = members.sums(inverse)
+        else:
+            inv = members.weighted_sums(np.broadcast_to(inverse, members.masks.shape), np.ones(len(records)))
+        some = members.nonempty()  # an empty coalition: ψ̂ = inf, without dividing by zero
+        n = np.where(some, members.sums(np.asarray(records, dtype=float)), 1.0)
         psi = self.c0 + self.c1 * np.sqrt(inv) / n + self.c2 * inv / n**2
         return np.where(some, psi, np.inf)
 

@@ -46,6 +46,7 @@ from functools import cached_property
 import numpy as np
 
 from dpmarket.errors import ScenarioError
+from dpmarket.market.members import Prefixes, as_members
 from dpmarket.privacy import answer_caps
 from dpmarket.stepsize import auto_rho, floor_law
 
@@ -128,7 +129,6 @@ class Coalitions:
     of coalitions of 86 owners at once.
     """
 
-    masks: np.ndarray  # (K, N) as floats: 1 for a member
     owners: np.ndarray  # N_S
     records: np.ndarray  # n_S
     totals: np.ndarray  # Λ_S = Σ_S λ: the members' clock rates added up
@@ -139,11 +139,11 @@ class Coalitions:
     noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
 
 
-def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray,
+def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
                   epsilons: np.ndarray | None = None) -> Coalitions:
-    """What the law needs to know about each coalition in ``masks`` (non-empty rows) at ``epsilons``
-    ((N,) or (K, N); ε of non-members is never used)."""
-    member = np.asarray(masks, dtype=float)
+    """What the law needs to know about each coalition (a mask's non-empty rows, or prefixes of
+    orders: dpmarket/market/members.py) at ``epsilons`` ((N,) or (K, N); non-members' unused)."""
+    members = as_members(coalitions)
     a, s, g = owner_weights(inputs), records / records.sum(), inputs.heterogeneity
     columns = [np.ones_like(records), records, inputs.clock_rates, records**2 * g, records * s * g,
                (a * records**2)[:, None] * inputs.selection]
@@ -153,13 +153,15 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, masks: np.ndarray,
         inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
         if inverse.ndim == 1:  # one ε per owner for every coalition: a column like the others
             columns.append((a * inverse)[:, None] * cap_groups(inputs))
-    sums = member @ np.column_stack(columns)
+    sums = members.sums(np.column_stack(columns))
     owners, n, totals, p = sums[:, 0], sums[:, 1], sums[:, 2], len(inputs.eigenvalues)
-    noise = None if inverse is None else (
-        sums[:, 5 + p:] if inverse.ndim == 1 else (member * inverse) @ (a[:, None] * cap_groups(inputs)))
-    rho = coalition_rho(inputs, owners, np.max(member * records, axis=1) / n)
+    noise = None
+    if inverse is not None:  # Σ_S a_i ε_i⁻² per cap group
+        noise = (sums[:, 5 + p:] if inverse.ndim == 1 else
+                 members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
+    rho = coalition_rho(inputs, owners, members.largest(records) / n)
     eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
-    return Coalitions(member, owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise)
+    return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise)
 
 
 def clock_factor(inputs: LawInputs, c: Coalitions) -> np.ndarray:
@@ -212,10 +214,10 @@ def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> 
 
 
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
-              masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(F_S + B_S + S_S, V_S) of every non-empty coalition in ``masks`` at ``epsilons`` ((N,) or (K, N))."""
+              coalitions) -> tuple[np.ndarray, np.ndarray]:
+    """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N))."""
     records = np.asarray(records, dtype=float)
-    c = coalitions_of(inputs, records, masks, epsilons)
+    c = coalitions_of(inputs, records, coalitions, epsilons)
     h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
     floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
     s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
@@ -239,28 +241,29 @@ class LawForecast:
     by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
     form = "law"
 
-    def terms(self, epsilons: np.ndarray, records: np.ndarray,
-              masks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def terms(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> tuple[np.ndarray, np.ndarray]:
         """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty."""
-        masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+        members = as_members(coalitions)
+        if isinstance(members, Prefixes):  # running sums: no (K, N) temporaries to bound
+            return law_terms(self.inputs, epsilons, records, members)
         eps = np.asarray(epsilons, dtype=float)
-        eps = eps if eps.ndim < 2 else np.broadcast_to(eps, masks.shape)  # one ε vector, or one per row
-        some = masks.any(axis=1)
-        free, noise = np.full(len(masks), np.inf), np.full(len(masks), np.inf)
-        rows = np.flatnonzero(some)
+        eps = eps if eps.ndim < 2 else np.broadcast_to(eps, members.masks.shape)  # one ε vector, or per row
+        free, noise = np.full(members.count, np.inf), np.full(members.count, np.inf)
+        rows = np.flatnonzero(members.nonempty())
         for start in range(0, len(rows), CHUNK):
             part = rows[start:start + CHUNK]
             free[part], noise[part] = law_terms(self.inputs, eps if eps.ndim < 2 else eps[part], records,
-                                                masks[part])
+                                                members.rows(part))
         return free, noise
 
-    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
-        """ψ̂ of every coalition in ``masks`` (K, N booleans) at the owners' ε; inf when empty.
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at the owners' ε;
+        inf when empty.
 
         The one place the market computes ψ̂: every policy, the run summary, the ``forecast`` and
         ``market`` commands call this (through the forecast object they were given).
         """
-        free, noise = self.terms(epsilons, records, masks)
+        free, noise = self.terms(epsilons, records, coalitions)
         return np.where(np.isfinite(free), self.c0 * free + self.c2 * noise, np.inf)
 
     def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.market.costs import Cost
 from dpmarket.market.forecast import Forecaster
+from dpmarket.market.members import Prefixes
 from dpmarket.market.outcome import Outcome, learner_value
 from dpmarket.market.sellers import Sellers
 from dpmarket.scenario import Market
@@ -274,8 +275,8 @@ def auction(s: Sellers, f: Forecaster, m: Market, bids: np.ndarray | None = None
                    members, m.price)
 
 
-def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """V(S) = value·max(0, 1 − ψ̂(S)) for each coalition in ``masks``; V(∅) = 0."""
+def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, masks) -> np.ndarray:
+    """V(S) = value·max(0, 1 − ψ̂(S)) for each coalition in ``masks`` (or prefixes); V(∅) = 0."""
     psi = f.coalitions(eps, s.records, masks)
     return m.value * np.maximum(0.0, 1.0 - psi)
 
@@ -316,19 +317,12 @@ def _shapley_sampled(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx:
                      gen: np.random.Generator) -> np.ndarray:
     """Monte-Carlo Shapley: average marginal contributions along random orders of ``idx``.
 
-    Every prefix of every order is a coalition whose value comes from ``f.coalitions``, like
-    any other (one (samples·k, N) mask, evaluated in one call).
+    Every prefix of every order is a coalition whose value comes from ``f.coalitions``, like any
+    other; given as :class:`Prefixes`, the forecast sums along the orders instead of over masks.
     """
     orders = gen.permuted(np.tile(idx, (m.shapley_samples, 1)), axis=1)
-    samples, k = orders.shape
-    masks = np.zeros((samples, k, s.count), bool)
-    rows = np.arange(samples)
-    for j in range(k):  # prefix j+1 of every order: prefix j plus the order's j-th player
-        if j:
-            masks[:, j] = masks[:, j - 1]
-        masks[rows, j, orders[:, j]] = True
-    v = coalition_values(s, f, m, eps, masks.reshape(samples * k, s.count)).reshape(samples, k)
-    marginal = np.diff(np.concatenate([np.zeros((samples, 1)), v], axis=1), axis=1)
+    v = coalition_values(s, f, m, eps, Prefixes(orders)).reshape(orders.shape)
+    marginal = np.diff(np.concatenate([np.zeros((len(v), 1)), v], axis=1), axis=1)
     phi = np.zeros(s.count)
     np.add.at(phi, orders.ravel(), marginal.ravel())
     return phi / m.shapley_samples
