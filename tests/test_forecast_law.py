@@ -288,3 +288,21 @@ def test_learners_the_law_does_not_describe_fall_back_to_theorem_two(tmp_path):
     forecast, source = calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
     assert forecast.form == "theorem2" and source.startswith("calibrated on the public proxy")
     assert [row["members"] for row in forecast.by_size] == [3, 2]
+
+
+def test_prefixes_of_orders_are_forecast_like_the_same_coalitions_as_masks(banks):
+    """Sampled Shapley values hand the forecast running sums along orders: the same ψ̂ as masks."""
+    from dpmarket.market.forecast import Forecast
+    from dpmarket.market.members import Prefixes
+
+    _, law_forecast, prepared, _ = banks
+    sizes, gen = prepared.consortium.sizes, np.random.default_rng(5)
+    orders = np.array([gen.permutation(10)[:7] for _ in range(6)])
+    masks = np.zeros((6, 7, 10), bool)
+    for j in range(7):
+        masks[np.arange(6)[:, None], j, orders[:, : j + 1]] = True
+    eps = gen.uniform(2.0, 40.0, 10)
+    for forecast in (law_forecast, Forecast(300.0, 5e7, c0=0.01)):
+        by_prefix = forecast.coalitions(eps, sizes, Prefixes(orders))
+        by_mask = forecast.coalitions(eps, sizes, masks.reshape(42, 10))
+        assert by_prefix == pytest.approx(by_mask, rel=1e-12)
