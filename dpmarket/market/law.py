@@ -213,19 +213,31 @@ def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> 
     return weights / np.where(scale > 0, scale, 1.0)
 
 
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one entry per distinct value, each entry's position among them): values[first][which]
+    == values. A single value is its own (no sorting: a price search asks for one coalition at a time)."""
+    if len(values) == 1:
+        return np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp)
+    _, first, which = np.unique(values, return_index=True, return_inverse=True)
+    return first, np.ravel(which)
+
+
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               coalitions) -> tuple[np.ndarray, np.ndarray]:
     """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N))."""
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, coalitions, epsilons)
     h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
-    floor = np.asarray(floor_law(c.rho, c.owners, T, inputs.lam, h, inputs.floor_weights), dtype=float)
+    # floor and mean variance depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
+    # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
+    first, which = distinct(c.eta)
+    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h, inputs.floor_weights))
     s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
     bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
-    modes = mean_variance(c.eta, h, T) + jitter(c.owners)[:, None]  # (K, p), in units of q
+    modes = mean_variance(c.eta[first], h, T)[which] + jitter(c.owners)[:, None]  # (K, p), in units of q
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
     noise = noise_per_step(inputs, c) * (modes @ h) / scale
-    return floor + bias + ((kicks * modes) @ h) / scale, noise
+    return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
 
 
 @dataclass(frozen=True)

@@ -208,17 +208,23 @@ def stackelberg(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     (within the budget if there is one). Numeric: a log grid over the prices that can matter,
     plus the kinks where owners switch, then a bounded refinement around the best grid point.
     """
+    def surpluses(prices: np.ndarray) -> np.ndarray:
+        """posted_price(s, f, m, price=p).surplus for each p, without building whole outcomes; the
+        forecast is asked once for all the prices' coalitions."""
+        offers = [_posted_offers(s, float(p)) for p in prices]
+        eps = np.array([e for e, _ in offers])
+        members = np.array([_takers(s, f, m, e, pay) for e, pay in offers])  # rationed within any budget
+        psi = f.coalitions(eps, s.records, members)
+        spend = np.where(members, np.array([pay for _, pay in offers]), 0.0).sum(axis=1)
+        return m.value * np.maximum(0.0, 1.0 - psi) - spend
+
     def surplus(p: float) -> float:
-        """posted_price(s, f, m, price=p).surplus, without building the whole outcome."""
-        eps, pay = _posted_offers(s, p)
-        members = _takers(s, f, m, eps, pay)  # rationed within any budget
-        psi = float(f.coalitions(eps, s.records, members)[0])
-        return learner_value(m.value, psi) - float(np.sum(np.where(members, pay, 0.0)))
+        return float(surpluses(np.array([p]))[0])
 
     lo = float(np.min(s.cost.marginal(np.full(s.count, s.eps_min)))) / 4
     hi = float(np.max(s.cost.marginal(np.full(s.count, s.eps_max)))) * 4
     grid = np.unique(np.concatenate([np.geomspace(lo, hi, 241), np.atleast_1d(s.cost.coef) * (1 + 1e-9)]))
-    values = np.array([surplus(p) for p in grid])
+    values = surpluses(grid)
     k = int(np.argmax(values))
     a, b = np.log(grid[max(k - 1, 0)]), np.log(grid[min(k + 1, len(grid) - 1)])
     x = _golden_max(lambda x: surplus(float(np.exp(x))), a, b)
