@@ -306,3 +306,15 @@ def test_prefixes_of_orders_are_forecast_like_the_same_coalitions_as_masks(banks
         by_prefix = forecast.coalitions(eps, sizes, Prefixes(orders))
         by_mask = forecast.coalitions(eps, sizes, masks.reshape(42, 10))
         assert by_prefix == pytest.approx(by_mask, rel=1e-12)
+
+
+def test_pilots_above_the_untrained_model_are_left_out_of_the_fit(banks):
+    """A pilot whose ψ exceeds ψ(θ = 0) is in the regime where the box clips the noise: not fitted."""
+    _, forecast, prepared, cache = banks
+    stored = json.loads(next(cache.glob("banks_market-*.json")).read_text(encoding="utf-8"))
+    pilots = calibration.pilots_from_table(stored, prepared.consortium.sizes)
+    assert pilots.in_range().all() and stored["pilots"]["in_fit"] == [True] * 15
+    clipped = replace(pilots, masks=np.vstack([pilots.masks, np.ones((1, 10), bool)]),
+                      epsilon=np.append(pilots.epsilon, 0.3), psi=np.append(pilots.psi, 3 * pilots.psi_zero))
+    refitted = calibration.fit_law(LawForecast(forecast.inputs), clipped)
+    assert refitted.excluded == 1 and (refitted.c0, refitted.c2) == (forecast.c0, forecast.c2)

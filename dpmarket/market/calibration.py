@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +35,7 @@ from dpmarket.scenario import ForecastConstants, Scenario
 
 CACHE_DIR = Path("outputs") / "forecasts"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-3"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -57,6 +57,18 @@ class PilotRuns:
     psi: np.ndarray  # (K,) mean ψ on the data the pilots trained on
     records: np.ndarray  # (N,) sizes
     data: str  # what they trained on, for the source string
+    psi_zero: float = float("inf")  # ψ of the untrained θ = 0 on that data
+
+    def in_range(self) -> np.ndarray:
+        """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
+        clips the noise (the law and Theorem 2 describe the unclipped regime) and the model is
+        worth nothing to anyone; if fewer than two remain, all of them."""
+        keep = self.psi < self.psi_zero
+        return keep if keep.sum() >= 2 else np.ones(len(self.psi), bool)
+
+    def subset(self, keep: np.ndarray) -> PilotRuns:
+        """The pilots at ``keep``."""
+        return replace(self, masks=self.masks[keep], epsilon=self.epsilon[keep], psi=self.psi[keep])
 
 
 def cache_key(scenario: Scenario) -> str:
@@ -122,24 +134,29 @@ def run_pilots(scenario: Scenario, consortium, objective) -> PilotRuns:
     for k, (members, _) in enumerate(groups):
         masks[k, list(members)] = True
     psi = np.array([np.mean(v) for v in groups.values()])
-    return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label)
+    return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
+                     target.psi(np.zeros(target.p)))
 
 
 def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
-    """c₀, c₂ ≥ 0 of the law fitted to the pilots on relative errors, with the fit's quality."""
-    free, noise = law.terms(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    """c₀, c₂ ≥ 0 of the law fitted to the pilots in range on relative errors, with the fit's quality."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
     columns = np.column_stack([free, noise])
-    c0, c2 = relative_nnls(columns, pilots.psi)
-    quality = fit_quality(columns @ [c0, c2], pilots.psi, pilots.masks.sum(axis=1))
-    return LawForecast(law.inputs, float(c0), float(c2), **quality)
+    c0, c2 = relative_nnls(columns, used.psi)
+    quality = fit_quality(columns @ [c0, c2], used.psi, used.masks.sum(axis=1))
+    return LawForecast(law.inputs, float(c0), float(c2), **quality, excluded=int(np.sum(~keep)))
 
 
 def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
-    """Theorem 2's constants fitted to the pilots (for learners the law does not describe)."""
-    epsilons = [np.full(int(mask.sum()), eps) for mask, eps in zip(pilots.masks, pilots.epsilon, strict=True)]
-    records = [float(pilots.records[mask].sum()) for mask in pilots.masks]
+    """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    epsilons = [np.full(int(mask.sum()), eps) for mask, eps in zip(used.masks, used.epsilon, strict=True)]
+    records = [float(used.records[mask].sum()) for mask in used.masks]
     terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
-    return calibrate(epsilons, records, list(pilots.psi), terms)
+    return replace(calibrate(epsilons, records, list(used.psi), terms), excluded=int(np.sum(~keep)))
 
 
 def pilot_table(forecast, pilots: PilotRuns) -> dict:
@@ -147,7 +164,8 @@ def pilot_table(forecast, pilots: PilotRuns) -> dict:
     the fitted ψ̂ — enough to refit another law to the same pilots (:func:`pilots_from_table`)."""
     fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
     return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
-            "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks],
+            "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks], "psi_zero": pilots.psi_zero,
+            "in_fit": pilots.in_range().tolist(),
             "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
             "psi_fitted": fitted.tolist()}
 
@@ -159,7 +177,7 @@ def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
     for k, owners in enumerate(table["owners"]):
         masks[k, owners] = True
     return PilotRuns(masks, np.array(table["epsilon"]), np.array(table["psi"]),
-                     np.asarray(records, dtype=float), stored["calibrated_on"])
+                     np.asarray(records, dtype=float), stored["calibrated_on"], table["psi_zero"])
 
 
 def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:

@@ -63,6 +63,7 @@ class Forecast:
     points: int = 0
     c0: float = 0.0  # the finite-T optimisation floor (see the module docstring)
     by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    excluded: int = 0  # pilots left out of the fit (calibration.PilotRuns.in_range)
     form = "theorem2"
 
     def psi(self, epsilons: np.ndarray, records: float) -> float:

@@ -251,6 +251,7 @@ class LawForecast:
     rms_relative_error: float = float("nan")
     points: int = 0
     by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    excluded: int = 0  # pilots left out of the fit: ψ above the untrained model's (the box clips)
     form = "law"
 
     def terms(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> tuple[np.ndarray, np.ndarray]:
@@ -291,13 +292,13 @@ class LawForecast:
         """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
         return {"form": "law", "c0": self.c0, "c2": self.c2, "r2": self.r2,
                 "rms_relative_error": self.rms_relative_error, "points": self.points,
-                "by_size": [dict(row) for row in self.by_size]}
+                "excluded": self.excluded, "by_size": [dict(row) for row in self.by_size]}
 
     @classmethod
     def from_dict(cls, data: dict, inputs: LawInputs) -> LawForecast:
         """Inverse of :meth:`to_dict`, given the inputs rebuilt from the scenario."""
         return cls(inputs, data["c0"], data["c2"], data["r2"], data["rms_relative_error"], data["points"],
-                   tuple(data.get("by_size", ())))
+                   tuple(data.get("by_size", ())), data.get("excluded", 0))
 
 
 def law_unavailable(scenario) -> str | None:
