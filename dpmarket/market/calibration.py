@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmarket import rng as streams
-from dpmarket.errors import ScenarioError
+from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.scenario import ForecastConstants, Scenario
@@ -217,12 +217,12 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_D
 
 def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple:
     """Run the pilots and fit the law's multipliers (Theorem 2's constants where the law does not apply)."""
-    if law_unavailable(scenario):
-        pilots = run_pilots(scenario, consortium, objective)
-        return fit_theorem2(scenario, pilots), pilots
-    law = LawForecast(build_inputs(scenario, consortium))  # first: a bad input fails before any pilot
-    pilots = run_pilots(scenario, consortium, objective)
-    return fit_law(law, pilots), pilots
+    law = None if law_unavailable(scenario) else LawForecast(build_inputs(scenario, consortium))  # bad
+    pilots = run_pilots(scenario, consortium, objective)  # input fails before any pilot runs
+    try:
+        return (fit_theorem2(scenario, pilots) if law is None else fit_law(law, pilots)), pilots
+    except ValueError as exc:  # a pilot with ψ = 0 cannot be weighed by its relative error
+        raise MarketError(f"{scenario.name}: market.pilots: {exc}") from None
 
 
 def _write_atomically(path: Path, content: dict) -> None:
