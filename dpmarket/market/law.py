@@ -121,12 +121,11 @@ def cap_groups(inputs: LawInputs) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Coalitions:
-    """Per coalition (rows of a mask): its size, records, clock rates, ρ, η and the sums over its
-    members the law needs.
+    """Per coalition: its size, records, clock rates, ρ, η and the sums over its members the law needs.
 
     Every sum over members comes from one product of the mask with a matrix of per-owner columns
-    (BLAS), never a (coalitions × owners) loop: sampled Shapley values ask for tens of thousands
-    of coalitions of 86 owners at once.
+    (BLAS), or from running sums along orders for prefixes (members.py), never a (coalitions ×
+    owners) loop: sampled Shapley values ask for tens of thousands of coalitions of 86 owners.
     """
 
     owners: np.ndarray  # N_S
