@@ -158,8 +158,9 @@ def _market(args: argparse.Namespace) -> int:
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
     out = args.out or Path("outputs") / f"{scenario.name}-market"
-    rows = compare.write(compare.compare(scenario, policies, args.replications), out)
-    print(compare.table(rows, out))
+    comparison = compare.compare(scenario, policies, args.replications)
+    rows = compare.write(comparison, out)
+    print(compare.table(rows, out, comparison.forecast_source))
     return 0
 
 

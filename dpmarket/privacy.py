@@ -62,6 +62,22 @@ def binomial_quantile(q: float, n: int, p: float) -> int:
     return min(n, int(np.searchsorted(cdf, q)))
 
 
+def answer_caps(split: str, iterations: int, shares: np.ndarray, caps: np.ndarray,
+                quantile: float) -> np.ndarray:
+    """:func:`answer_cap` elementwise over arrays of shares and caps (NaN: no cap given).
+
+    The market's forecast needs m_i for every owner of every coalition it considers; the values
+    are those of :func:`answer_cap` itself (called once per distinct share), so the forecast and
+    the owners agree on every m_i.
+    """
+    shares, caps = np.broadcast_arrays(np.asarray(shares, dtype=float), np.asarray(caps, dtype=float))
+    if split == "horizon":
+        return np.full(shares.shape, float(iterations))
+    values, inverse = np.unique(shares, return_inverse=True)
+    m = np.array([answer_cap(split, iterations, float(v), None, quantile) for v in values], dtype=float)
+    return np.where(np.isnan(caps), m[np.ravel(inverse)].reshape(shares.shape), caps)
+
+
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
     """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping), with
     the 10⁻¹² margin of :func:`dpmarket.models.clip_margins` so rounding cannot end above it."""

@@ -13,7 +13,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import tomli_w
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from dpmarket.errors import _MISSING, ScenarioError
 
@@ -249,8 +257,13 @@ class Pilots(_Strict):
 
     Budgets are spaced geometrically on [epsilon_low, epsilon_high] (every member at the same
     ε); subsets are all owners, then halves, quarters, … of a fixed random order; each pilot is
-    run ``replications`` times on its own seed. ``floor`` adds the constant c₀ to the fit.
+    run ``replications`` times on its own seed. ``data`` is what they train on: ``"proxy"`` (the
+    public proxy: a synthetic twin or the hold-out) or ``"owners"`` (the owners' private records,
+    outside any privacy accounting: an oracle, labelled so in every output). ``floor`` adds the
+    constant c₀ to a fit of Theorem 2's form (the law's floor is not a constant).
     """
+
+    data: Literal["proxy", "owners"] = "proxy"
 
     levels: Annotated[int, Field(ge=2)] = 5
     subsets: PosInt = 3
@@ -271,7 +284,9 @@ class Market(_Strict):
     the ``record_price`` policy's price per record·ε; ``budget`` caps the learner's spend;
     ``value`` is what a perfect model (ψ = 0) is worth to the learner, whose value of a model
     is value·max(0, 1 − ψ̂); ``offer_epsilon`` is the fixed ε of the take-it-or-leave-it
-    offer, the auction and the marginal-contribution policy.
+    offer, the auction and the marginal-contribution policy. ``forecast`` is the ψ̂ the market
+    negotiates with: unset, the law of dpmarket/market/law.py with multipliers fitted to pilot
+    runs (``pilots``); ``"law"``, that law uncalibrated; a table, Theorem 2's constants.
     """
 
     policy: Literal["posted_price", "record_price", "take_it_or_leave_it", "procurement",
@@ -288,8 +303,16 @@ class Market(_Strict):
     shapley_samples: PosInt = 500
     model_value: NonNegFloat = 0.0
     costs: Costs = Costs()
-    forecast: ForecastConstants | None = None
+    forecast: ForecastConstants | Literal["law"] | None = None
     pilots: Pilots = Pilots()
+
+    @field_validator("forecast", mode="before")
+    @classmethod
+    def _forecast_word(cls, value: Any) -> Any:
+        """The one word ``forecast`` accepts, with a message listing both forms."""
+        if value is not None and value != "law" and not isinstance(value, dict | ForecastConstants):
+            raise ValueError("should be 'law' or a table of Theorem 2's constants {c0, c1, c2}")
+        return value
 
 
 class Output(_Strict):
@@ -614,6 +637,8 @@ def _clean_loc(loc: tuple) -> list:
             continue
         if isinstance(part, str) and ("[" in part or part.startswith(("constrained-", "function-"))):
             skip = part.startswith("tagged-union[")
+            continue
+        if isinstance(part, str) and part[:1].isupper():  # a model class as a union member (keys are lower)
             continue
         out.append(part)
     return out

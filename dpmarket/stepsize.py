@@ -49,19 +49,26 @@ def stability_number(rho: float, owners: int, iterations: int, lam: float, share
     return owners * rho / (iterations * iterations * sigma) * (lam / owners + share_max * curvature)
 
 
-def floor_law(rho: float, owners: int, iterations: int, lam: float, eigenvalues: np.ndarray,
-              weights: np.ndarray) -> float:
-    """ψ_T the floor law predicts without noise (module docstring)."""
-    rate = 2.0 * rho / (iterations * 2.0 * lam * (owners + 1))
-    return float(np.sum(weights * np.exp(-rate * np.asarray(eigenvalues))))
+def floor_law(rho: float | np.ndarray, owners: int | np.ndarray, iterations: int, lam: float,
+              eigenvalues: np.ndarray, weights: np.ndarray) -> float | np.ndarray:
+    """ψ_T the floor law predicts without noise (module docstring).
+
+    ``rho`` and ``owners`` may be arrays (one entry per coalition, as the market's forecast asks
+    for many at once); the result then has their shape.
+    """
+    rate = 2.0 * np.asarray(rho, dtype=float) / (iterations * 2.0 * lam * (np.asarray(owners) + 1))
+    psi = np.sum(weights * np.exp(-rate[..., None] * np.asarray(eigenvalues)), axis=-1)
+    return float(psi) if np.ndim(psi) == 0 else psi
 
 
-def auto_rho(owners: int, iterations: int, lam: float, share_max: float, curvature: float,
-             h_min: float, decay: float, fraction: float) -> float:
-    """min(decay·(N+1)Tσ/h_min, fraction·ρ at the stability limit)."""
+def auto_rho(owners: int | np.ndarray, iterations: int, lam: float, share_max: float | np.ndarray,
+             curvature: float, h_min: float, decay: float, fraction: float) -> float | np.ndarray:
+    """min(decay·(N+1)Tσ/h_min, fraction·ρ at the stability limit); elementwise for arrays of
+    ``owners`` and ``share_max`` (one per coalition), so the forecast uses this very formula."""
     floor_rho = decay * (owners + 1) * iterations * 2.0 * lam / h_min
     limit = STABILITY_LIMIT / stability_number(1.0, owners, iterations, lam, share_max, curvature)
-    return min(floor_rho, fraction * limit)
+    rho = np.minimum(floor_rho, fraction * limit)
+    return float(rho) if np.ndim(rho) == 0 else rho
 
 
 def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:

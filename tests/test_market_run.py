@@ -87,12 +87,16 @@ def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
     prepared = run.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     first, source = calibration.resolve(s, consortium, objective, tmp_path)
-    assert source.startswith("calibrated") and first.points == 3 * 2  # replications averaged
-    assert np.isfinite(first.r2) and first.c0 + first.c1 + first.c2 > 0
+    assert source.startswith("calibrated on the public proxy")
+    assert first.points == 3 * 2  # replications averaged
+    assert first.form == "law" and np.isfinite(first.r2) and first.c0 + first.c2 > 0
+    assert [row["members"] for row in first.by_size] == [3, 2]
+    assert sum(row["points"] for row in first.by_size) == 6
     again, source = calibration.resolve(s, consortium, objective, tmp_path)
-    assert source.startswith("cache") and again == first
+    assert source.startswith("cached in") and again == first
     stored = json.loads(next(tmp_path.glob("tiny-*.json")).read_text())
-    assert len(stored["pilots"]["psi"]) == 6
+    assert len(stored["pilots"]["psi"]) == 6 and stored["calibrated_on"].startswith("the public proxy")
+    assert stored["forecast"]["by_size"] == [dict(row) for row in first.by_size]
 
 
 def test_the_cache_key_ignores_prices_and_names_but_not_the_data():

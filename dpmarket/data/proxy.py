@@ -13,8 +13,9 @@ owners' sizes, which are public in dpmarket:
   same sizes for pilot runs; the curvature needs only the hold-out as a whole.
 
 :class:`PublicInfo` condenses the proxy into what the learner's parameters need: a bound on
-one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights, and the
-per-example gradient norms at the proxy's optimum (for the clip bound).
+one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights and f*, the
+per-example gradient norms at the proxy's optimum (for the clip bound), and how far each proxy
+owner's own optimum lies from the proxy's (for the market's forecast of a coalition's bias).
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dpmarket.data.consortium import Consortium, build_consortium, keeps_records
+from dpmarket.data.synthetic import owner_sizes
 from dpmarket.errors import ScenarioError
 from dpmarket.models import Objective, OwnerData, make_loss
 from dpmarket.scenario import Scenario
@@ -52,14 +54,17 @@ def twin_seed(seed: int) -> int:
 
 
 def twin_scenario(scenario: Scenario, sizes: np.ndarray | None = None) -> Scenario:
-    """``scenario`` with its data drawn from the twin seed (same settings; the same sizes, or
-    ``sizes`` when given, e.g. fewer records per owner for a summary)."""
-    update: dict = {"seed": twin_seed(data_seed(scenario))}
-    owners = scenario.owners
-    if sizes is not None:
-        update |= {"records": [int(n) for n in sizes], "owners": len(sizes)}
-        owners = [o.model_copy(update={"records": None}) for o in owners]
-    data = scenario.data.model_copy(update=update)
+    """``scenario`` with its data drawn from the twin seed: the same settings and the owners' sizes
+    (public), or ``sizes`` when given (fewer records per owner for a summary).
+
+    Sizes drawn from a distribution are drawn with the data seed, so the twin is given them as a
+    list; otherwise its own seed would draw other sizes.
+    """
+    if sizes is None:
+        sizes = owner_sizes(scenario, data_seed(scenario))
+    data = scenario.data.model_copy(update={"seed": twin_seed(data_seed(scenario)),
+                                            "records": [int(n) for n in sizes], "owners": len(sizes)})
+    owners = [o.model_copy(update={"records": None}) for o in scenario.owners]
     return scenario.model_copy(update={"data": data, "owners": owners})
 
 
@@ -96,6 +101,12 @@ class PublicInfo:
     eigenvalues: np.ndarray  # h_j of ∇²f on the proxy (ascending), 2λ included
     floor_weights: np.ndarray  # h_j e_j² / (2 f*) on the proxy: the floor law's weights
     gradient_norms: np.ndarray  # per-example ‖∇ℓ(θ*; z, y)‖₁ on the proxy, sorted (if asked for)
+    f_star: float = float("nan")  # f(θ*) on the proxy: the scale of ψ
+    # Per proxy owner (None: not asked for, or a hold-out too small to split into owners of the
+    # owners' sizes):
+    deviations: np.ndarray | None = None  # (θ_i* − θ*)ᵀ∇²f(θ_i* − θ*)/(2f*): how far its optimum lies
+    gradient_modes: np.ndarray | None = None  # (N, p): (v_jᵀ∇f_i(θ*))², its data term's gradient at
+    #                                           θ* in the eigenbasis of h (the kicks of selection)
 
     def clip_bound(self, quantile: float) -> float:
         """The ``quantile`` of the proxy's per-example gradient norms at its optimum."""
@@ -121,15 +132,51 @@ def hessian(objective: Objective, theta: np.ndarray) -> np.ndarray:
     return lam2 + (Z * (s * (1.0 - s))[:, None]).T @ Z / objective.n
 
 
+def eigenbasis(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
+    """(h_j ascending, V with the eigenvectors as columns) of ∇²f at θ*."""
+    return np.linalg.eigh(hessian(objective, objective.theta_star))
+
+
 def floor_terms(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
     """(h_j, w_j): eigenvalues of ∇²f at θ* and the floor law's weights h_j e_j²/(2f*), e = θ* − 0.
 
     ψ of a model at distance d from θ* is about Σ_j h_j d_j²/(2f*) in this basis; Algorithm 1
     starts at θ = 0, so d = θ* at the start.
     """
-    h, V = np.linalg.eigh(hessian(objective, objective.theta_star))
+    h, V = eigenbasis(objective)
     e = V.T @ objective.theta_star
     return h, h * e * e / (2.0 * objective.f_star)
+
+
+def owner_terms(parts: Objective, basis: np.ndarray, hess: np.ndarray,
+                f_star: float) -> tuple[np.ndarray, np.ndarray]:
+    """How the owners of ``parts`` differ, for the forecast's heterogeneity and selection terms.
+
+    Per owner: ψ of its own-data optimum to second order, (θ_i* − θ*)ᵀH(θ_i* − θ*)/(2f*); and its
+    data term's gradient at θ* in the eigenbasis ``basis``, squared per mode: a copy asked of owner i
+    moves along it, so random selection kicks the model even without noise.
+    """
+    theta = parts.theta_star
+    d = parts.own_data_models() - theta
+    gradients = np.array([parts.loss.mean_grad(theta, o) for o in parts.owners])
+    return np.einsum("ip,pq,iq->i", d, hess, d) / (2.0 * f_star), (gradients @ basis) ** 2
+
+
+def summarise(source: str, objective: Objective, split: Objective | None) -> PublicInfo:
+    """:class:`PublicInfo` of a dataset seen as ``objective`` (and as ``split`` into owners of the
+    owners' sizes, if it can be). Used on the proxy; tests call it on the owners (an oracle)."""
+    has_records = objective.owners[0].Z is not None
+    norms = gradient_norms(objective, objective.theta_star) if has_records else np.array([])
+    loss = objective.loss.name
+    if loss not in CURVATURE_SCALE:  # hinge: no curvature, no floor law, no forecast law
+        return PublicInfo(source, float("nan"), np.array([]), np.array([]), norms, objective.f_star)
+    h, V = eigenbasis(objective)
+    _, w = floor_terms(objective)
+    dev = modes = None
+    if split is not None:
+        dev, modes = owner_terms(split, V, hessian(split, split.theta_star), objective.f_star)
+    curvature = max(curvature_of(loss, o) for o in objective.owners)
+    return PublicInfo(source, curvature, h, w, norms, objective.f_star, dev, modes)
 
 
 def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
@@ -141,26 +188,28 @@ def gradient_norms(objective: Objective, theta: np.ndarray) -> np.ndarray:
     return np.sort(np.concatenate(parts))
 
 
-def public_info(scenario: Scenario, consortium: Consortium, norms: bool = False) -> PublicInfo:
-    """The proxy's summary for ``scenario`` (computed once per dataset, then cached).
+def public_info(scenario: Scenario, consortium: Consortium, norms: bool = False,
+                owners: bool = False) -> PublicInfo:
+    """The proxy's summary for ``scenario`` (computed once per dataset and need, then cached).
 
     ``norms`` asks for the per-example gradient norms (the clip bound), which need the proxy's
-    records; without them squared loss is summarised from sufficient statistics alone.
+    records (squared loss is otherwise summarised from sufficient statistics alone); ``owners``
+    for the per-owner terms of the forecast's law, which need a proxy of full size.
     """
     key = _key(scenario)
     with _LOCK:
-        for k in ((key, True), (key, False)) if not norms else ((key, True),):
-            if k in _CACHE:
-                return _CACHE[k]
-    info = _compute(scenario, consortium, norms)
+        for (k, has_norms, has_owners), info in _CACHE.items():
+            if k == key and has_norms >= norms and has_owners >= owners:
+                return info
+    info = _compute(scenario, consortium, norms, owners)
     with _LOCK:
-        _CACHE[(key, norms)] = info
+        _CACHE[(key, norms, owners)] = info
         while len(_CACHE) > 4:
             _CACHE.popitem(last=False)
     return info
 
 
-_CACHE: OrderedDict[tuple[str, bool], PublicInfo] = OrderedDict()
+_CACHE: OrderedDict[tuple[str, bool, bool], PublicInfo] = OrderedDict()
 _LOCK = threading.Lock()
 
 
@@ -170,26 +219,44 @@ def _key(scenario: Scenario) -> str:
     return json.dumps(dump, sort_keys=True)
 
 
-def _compute(scenario: Scenario, consortium: Consortium, norms: bool) -> PublicInfo:
-    """Build the proxy (with records only where needed) and summarise it; it is not kept."""
-    m, loss = scenario.model, scenario.model.loss
-    records = norms or loss != "squared"
-    if scenario.data.source == "synthetic":
-        twin = twin_scenario(scenario, np.minimum(consortium.sizes, SUMMARY_RECORDS))
-        owners = build_consortium(twin, keep_records=records).owners
-        source = f"synthetic twin (data seed {twin.data.seed}, up to {SUMMARY_RECORDS:,} records per owner)"
-    else:
-        block = consortium.holdout
-        if block is None or block.shape[1] <= block.shape[0]:
-            raise ScenarioError(scenario.source, "data.table.holdout",
-                                scenario.data.table.holdout,
-                                "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
-                                "forecast's pilots take their constants from the hold-out (never from the "
-                                "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
-        owners = [OwnerData.from_block(block, m.intercept, records)]
-        source = f"public hold-out ({block.shape[1]:,} rows)"
-    objective = Objective(make_loss(loss), owners, m.regularization, m.theta_max)
-    curvature = (max(curvature_of(loss, o) for o in owners) if loss in CURVATURE_SCALE else float("nan"))
-    h, w = floor_terms(objective) if loss in CURVATURE_SCALE else (np.array([]), np.array([]))
-    grads = gradient_norms(objective, objective.theta_star) if norms else np.array([])
-    return PublicInfo(source, curvature, h, w, grads)
+def _compute(scenario: Scenario, consortium: Consortium, norms: bool, owners: bool) -> PublicInfo:
+    """Build the proxy (records only where needed) and summarise it; the proxy is not kept.
+
+    Curvatures, eigenvalues and gradient-norm quantiles are per-record averages: a synthetic twin
+    of up to SUMMARY_RECORDS records per owner gives them. The per-owner terms (``owners``, for the
+    forecast's law) depend on each owner's sampling error, so they come from a twin of full size,
+    projected on the same eigenbasis.
+    """
+    m = scenario.model
+    records = norms or m.loss != "squared"
+    if scenario.data.source != "synthetic":
+        return _holdout_summary(scenario, consortium, owners)
+    twin = twin_scenario(scenario, np.minimum(consortium.sizes, SUMMARY_RECORDS))
+    small = Objective(make_loss(m.loss), build_consortium(twin, keep_records=records).owners,
+                      m.regularization, m.theta_max)
+    info = summarise(f"synthetic twin (data seed {twin.data.seed}, up to {SUMMARY_RECORDS:,} records "
+                     "per owner)", small, None)
+    if not owners or m.loss not in CURVATURE_SCALE:
+        return info
+    full = proxy_consortium(scenario, consortium)
+    parts = Objective(small.loss, full.owners, m.regularization, m.theta_max)
+    dev, modes = owner_terms(parts, eigenbasis(small)[1], hessian(parts, parts.theta_star), info.f_star)
+    return replace(info, deviations=dev, gradient_modes=modes)
+
+
+def _holdout_summary(scenario: Scenario, consortium: Consortium, owners: bool) -> PublicInfo:
+    """The hold-out as a whole, and split into owners of the owners' sizes when asked and large
+    enough for that."""
+    block, m = consortium.holdout, scenario.model
+    if block is None or block.shape[1] <= block.shape[0]:
+        raise ScenarioError(scenario.source, "data.table.holdout", scenario.data.table.holdout,
+                            "too few public rows: learner.rho = 'auto', privacy.clip = 'auto' and the "
+                            "forecast's pilots take their constants from the hold-out (never from the "
+                            "owners' rows); enlarge it, or give learner.rho and privacy.clip numbers")
+    whole = Objective(make_loss(m.loss), [OwnerData.from_block(block, m.intercept, True)],
+                      m.regularization, m.theta_max)
+    split = None
+    if owners and block.shape[1] >= int(consortium.sizes.sum()):
+        split = Objective(whole.loss, _holdout_owners(scenario, consortium).owners, m.regularization,
+                          m.theta_max)
+    return summarise(f"public hold-out ({block.shape[1]:,} rows)", whole, split)

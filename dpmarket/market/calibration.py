@@ -1,11 +1,19 @@
-"""Calibrating the forecast from short pilot simulations, and caching the result.
+"""Which forecast a market negotiates with: explicit, the uncalibrated law, or one fitted to pilots.
 
-Pilots train the scenario's own consortium (same data, same network, same T) with every
-member at one budget ε, for a few budgets and a few owner subsets (so that both ε and n
-vary), each on its own seed; :func:`dpmarket.market.forecast.calibrate` fits the constants
-to the observed ψ. The fit is cached as JSON, keyed by a hash of everything the pilots
-depend on, so that it is computed once per scenario and reused by ``run``, ``forecast`` and
-``market``. Constants given in ``market.forecast`` skip all of this.
+``market.forecast = {c0, c1, c2}`` gives Theorem 2's constants; ``"law"`` the law of
+dpmarket/market/law.py with multipliers 1 and 1, no pilots. Without it, short **pilot runs** fit
+the multipliers c₀, c₂ of the law (or, for learners the law does not describe, Theorem 2's
+constants): every member at one budget ε, for a few budgets and owner subsets (so both ε and N
+vary), each on its own seed, averaged per budget and subset.
+
+Pilots train on ``market.pilots.data``: ``"proxy"`` (the default) is the public proxy of
+dpmarket/data/proxy.py — a synthetic twin, or the hold-out split into owners of the owners' sizes —
+with ψ measured on the proxy; the owners' records are never read, so the prices negotiated with
+the forecast reveal nothing about them. ``"owners"`` trains on the owners' records, outside any
+privacy accounting: an oracle for studies, labelled so in every output (the ``source`` string).
+
+The fit is cached as JSON, keyed by a hash of everything the pilots and the law depend on, so it
+is computed once per scenario and reused by ``run``, ``forecast`` and ``market``.
 """
 
 from __future__ import annotations
@@ -14,17 +22,21 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from dpmarket import rng as streams
-from dpmarket.market.forecast import Forecast, calibrate
-from dpmarket.scenario import Scenario
+from dpmarket.errors import MarketError, ScenarioError
+from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
+from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
+from dpmarket.scenario import ForecastConstants, Scenario
 
 CACHE_DIR = Path("outputs") / "forecasts"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
+FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
+ORACLE = "the owners' records (oracle)"
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,29 @@ class Pilot:
     seed: int
 
 
+@dataclass(frozen=True)
+class PilotRuns:
+    """The pilots' outcomes, replications averaged: one entry per (subset, budget)."""
+
+    masks: np.ndarray  # (K, N) members
+    epsilon: np.ndarray  # (K,) the common ε
+    psi: np.ndarray  # (K,) mean ψ on the data the pilots trained on
+    records: np.ndarray  # (N,) sizes
+    data: str  # what they trained on, for the source string
+    psi_zero: float = float("inf")  # ψ of the untrained θ = 0 on that data
+
+    def in_range(self) -> np.ndarray:
+        """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
+        clips the noise (the law and Theorem 2 describe the unclipped regime) and the model is
+        worth nothing to anyone; if fewer than two remain, all of them."""
+        keep = self.psi < self.psi_zero
+        return keep if keep.sum() >= 2 else np.ones(len(self.psi), bool)
+
+    def subset(self, keep: np.ndarray) -> PilotRuns:
+        """The pilots at ``keep``."""
+        return replace(self, masks=self.masks[keep], epsilon=self.epsilon[keep], psi=self.psi[keep])
+
+
 def cache_key(scenario: Scenario) -> str:
     """A hash of the resolved scenario minus what pilots ignore (names, outputs, market terms)."""
     table = scenario.model_dump(mode="json")
@@ -43,6 +78,7 @@ def cache_key(scenario: Scenario) -> str:
         table.pop(key)
     market = table.pop("market") or {}
     table["pilots"] = market.get("pilots")
+    table["forms"] = FORMS
     table["data"]["seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
     for spec in table["owners"]:
         spec.pop("epsilon", None)
@@ -63,34 +99,85 @@ def pilot_plan(scenario: Scenario, owners: int) -> list[Pilot]:
             for size in sizes for eps in levels for _ in range(cfg.replications)]
 
 
-def run_pilots(scenario: Scenario, consortium, objective) -> tuple[list, list, list]:
-    """Train every pilot; returns (ε vectors, records, mean ψ) per budget and subset.
+def pilot_data(scenario: Scenario, consortium, objective) -> tuple:
+    """(consortium, objective, label) the pilots train on: the public proxy, or the owners (oracle)."""
+    if scenario.market.pilots.data == "owners":
+        return consortium, objective, ORACLE
+    from dpmarket.data.proxy import proxy_consortium, public_info  # deferred: builds the proxy
+    from dpmarket.models import Objective, make_loss
 
-    Theorem 2 bounds the *expected* ψ, so the replications of a pilot are averaged before
-    fitting (ψ of one run is skewed: its spread is as large as its mean at small ε).
+    proxy = proxy_consortium(scenario, consortium)
+    m = scenario.model
+    proxy_objective = Objective(make_loss(m.loss), proxy.owners, m.regularization, m.theta_max)
+    source = public_info(scenario, consortium).source
+    return proxy, proxy_objective, f"the public proxy ({source})"
+
+
+def run_pilots(scenario: Scenario, consortium, objective) -> PilotRuns:
+    """Train every pilot on ``market.pilots.data``; ψ averaged over replications per budget and subset.
+
+    Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
+    The data seed is pinned: a pilot's seed changes its clocks and noise, never the proxy or ρ.
     """
     from dpmarket.run import train  # deferred: the market layer is imported by run
 
+    data, target, label = pilot_data(scenario, consortium, objective)
     N = len(consortium.owners)
+    pinned = scenario.model_copy(update={"data": scenario.data.model_copy(
+        update={"seed": scenario.seed if scenario.data.seed is None else scenario.data.seed})})
     groups: dict[tuple, list[float]] = {}
     for pilot in pilot_plan(scenario, N):
-        eps = np.full(N, pilot.epsilon)
-        run = train(scenario.model_copy(update={"seed": pilot.seed}), consortium, objective,
-                    pilot.members, eps)
+        run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
+                    np.full(N, pilot.epsilon))
         groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(run.training.metrics.psi[-1])
-    epsilons = [np.full(len(members), eps) for members, eps in groups]
-    records = [float(consortium.sizes[list(members)].sum()) for members, _ in groups]
-    return epsilons, records, [float(np.mean(v)) for v in groups.values()]
+    masks = np.zeros((len(groups), N), bool)
+    for k, (members, _) in enumerate(groups):
+        masks[k, list(members)] = True
+    psi = np.array([np.mean(v) for v in groups.values()])
+    return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
+                     target.psi(np.zeros(target.p)))
 
 
-def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple[Forecast, dict]:
-    """Run the pilots and fit the forecast; also returns the pilot table for the cache file."""
-    epsilons, records, psi = run_pilots(scenario, consortium, objective)
+def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
+    """c₀, c₂ ≥ 0 of the law fitted to the pilots in range on relative errors, with the fit's quality."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
+    columns = np.column_stack([free, noise])
+    c0, c2 = relative_nnls(columns, used.psi)
+    quality = fit_quality(columns @ [c0, c2], used.psi, used.masks.sum(axis=1))
+    return LawForecast(law.inputs, float(c0), float(c2), **quality, excluded=int(np.sum(~keep)))
+
+
+def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
+    """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    epsilons = [np.full(int(mask.sum()), eps) for mask, eps in zip(used.masks, used.epsilon, strict=True)]
+    records = [float(used.records[mask].sum()) for mask in used.masks]
     terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
-    fit = calibrate(epsilons, records, psi, terms)
-    table = {"epsilon": [float(e[0]) for e in epsilons], "members": [len(e) for e in epsilons],
-             "records": records, "psi": psi}
-    return fit, table
+    return replace(calibrate(epsilons, records, list(used.psi), terms), excluded=int(np.sum(~keep)))
+
+
+def pilot_table(forecast, pilots: PilotRuns) -> dict:
+    """The pilots for the cache file: per point its ε, members (count and indices), records, ψ and
+    the fitted ψ̂ — enough to refit another law to the same pilots (:func:`pilots_from_table`)."""
+    fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
+            "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks], "psi_zero": pilots.psi_zero,
+            "in_fit": pilots.in_range().tolist(),
+            "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
+            "psi_fitted": fitted.tolist()}
+
+
+def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
+    """The pilots of a cache file's content (``stored``), for owners of sizes ``records``."""
+    table = stored["pilots"]
+    masks = np.zeros((len(table["psi"]), len(records)), bool)
+    for k, owners in enumerate(table["owners"]):
+        masks[k, owners] = True
+    return PilotRuns(masks, np.array(table["epsilon"]), np.array(table["psi"]),
+                     np.asarray(records, dtype=float), stored["calibrated_on"], table["psi_zero"])
 
 
 def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:
@@ -99,19 +186,43 @@ def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:
 
 
 def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_DIR,
-            recalibrate: bool = False) -> tuple[Forecast, str]:
-    """The forecast and where it came from: ``explicit``, ``cache <file>`` or ``calibrated <file>``."""
+            recalibrate: bool = False):
+    """The forecast and where it came from (its ``source``, which names an oracle calibration).
+
+    Explicit constants; the uncalibrated law; a cached fit (``cached in FILE: calibrated on …``);
+    or pilots run now (``calibrated on …, cached in FILE``). ``recalibrate`` runs the pilots
+    whatever ``market.forecast`` says.
+    """
     given = scenario.market.forecast
-    if given is not None and not recalibrate:
+    if isinstance(given, ForecastConstants) and not recalibrate:
         return Forecast(given.c1, given.c2, c0=given.c0), "explicit (market.forecast)"
+    why = law_unavailable(scenario)
+    if given == "law" and why:
+        raise ScenarioError(scenario.name, "market.forecast", "law", why)
+    if given == "law" and not recalibrate:
+        law = LawForecast(build_inputs(scenario, consortium))
+        return law, f"law (market.forecast = 'law'), uncalibrated; public inputs from the {law.inputs.source}"
     path = cache_file(scenario, directory)
     if path.is_file() and not recalibrate:
         stored = json.loads(path.read_text(encoding="utf-8"))
-        return Forecast.from_dict(stored["forecast"]), f"cache {path}"
-    fit, table = calibrate_scenario(scenario, consortium, objective)
-    _write_atomically(path, {"key": cache_key(scenario), "scenario": scenario.name,
-                             "forecast": fit.to_dict(), "pilots": table})
-    return fit, f"calibrated, cached in {path}"
+        forecast = (Forecast.from_dict(stored["forecast"]) if why else
+                    LawForecast.from_dict(stored["forecast"], build_inputs(scenario, consortium)))
+        return forecast, f"cached in {path}: calibrated on {stored['calibrated_on']}"
+    forecast, pilots = calibrate_scenario(scenario, consortium, objective)
+    _write_atomically(path, {"key": cache_key(scenario), "scenario": scenario.name, "form": forecast.form,
+                             "calibrated_on": pilots.data, "forecast": forecast.to_dict(),
+                             "pilots": pilot_table(forecast, pilots)})
+    return forecast, f"calibrated on {pilots.data}, cached in {path}"
+
+
+def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple:
+    """Run the pilots and fit the law's multipliers (Theorem 2's constants where the law does not apply)."""
+    law = None if law_unavailable(scenario) else LawForecast(build_inputs(scenario, consortium))  # bad
+    pilots = run_pilots(scenario, consortium, objective)  # input fails before any pilot runs
+    try:
+        return (fit_theorem2(scenario, pilots) if law is None else fit_law(law, pilots)), pilots
+    except ValueError as exc:  # a pilot with ψ = 0 cannot be weighed by its relative error
+        raise MarketError(f"{scenario.name}: market.pilots: {exc}") from None
 
 
 def _write_atomically(path: Path, content: dict) -> None:

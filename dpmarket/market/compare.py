@@ -160,13 +160,16 @@ def write(c: Comparison, target: Path) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict], out: Path) -> str:
-    """The comparison as a terminal table."""
+def table(rows: list[dict], out: Path, source: str = "") -> str:
+    """The comparison as a terminal table, with where the forecast came from (``source``)."""
     lines = [f"{'policy':<20} {'owners':>6} {'payment':>10} {'psi fcst':>9} {'psi sim':>9} "
-             f"{'sd':>8} {'surplus':>9}"]
+             f"{'sd':>8} {'sim/fcst':>8} {'surplus':>9}"]
     for r in rows:
+        ratio = r["psi_mean"] / r["psi_forecast"] if r["psi_forecast"] > 0 else float("nan")
         lines.append(f"{r['policy']:<20} {r['participants']:>6} {r['total_payment']:>10.4g} "
                      f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {r['psi_sd']:>8.3g} "
-                     f"{r['learner_surplus']:>9.4g}")
+                     f"{ratio:>8.3g} {r['learner_surplus']:>9.4g}")
+    if source:
+        lines.append(f"forecast: {source}")
     lines.append(f"written to {out}")
     return "\n".join(lines)

@@ -1,21 +1,49 @@
-"""The forecast of design §4 and its calibration from pilot simulations.
+"""Theorem 2's form of the forecast (design §4), and what every forecast's fit reports.
 
-ψ̂ = c₁/n · sqrt(Σ ε_i⁻²) + c₂/n² · Σ ε_i⁻² (Theorem 2 for large T, paper 003 eq. (6)), over the
+ψ̂ = c₀ + c₁/n · sqrt(Σ ε_i⁻²) + c₂/n² · Σ ε_i⁻² (Theorem 2 for large T, paper 003 eq. (6)), over the
 owners that take part (n = their total records). The constants are not known in advance:
-:func:`calibrate` fits them to (ε, n, observed ψ) from short pilot runs by non-negative least
-squares on relative errors, and reports how well the fit explains the pilots.
+:func:`calibrate` fits them to (ε, n, observed ψ) by non-negative least squares on relative
+errors, and reports how well the fit explains the observations, overall and per coalition size.
 
 Theorem 2 is an asymptote in T: at a finite horizon ψ also has an optimisation floor that no
-budget removes (ny_hospitals at T = 1,000 levels off near ψ = 0.14 for ε → ∞). The optional
-constant c₀ (default 0, so the papers' form is the default) absorbs it: ψ̂ = c₀ + the bound.
-Without it a forecast at large ε would promise far better models than training delivers.
+budget removes. The optional constant c₀ (default 0, so the papers' form is the default) absorbs
+it, one floor for coalitions of every size. The market's default is the law of
+dpmarket/market/law.py, whose floor knows N, T and ρ; this form stays for explicit constants
+(``market.forecast = {c0, c1, c2}``), for learners the law does not describe (synchronous, hinge
+loss), and for the sweeps' fit of the papers' slopes.
+
+Every forecast object offers the same three calls to the market: ``coalitions(ε, records,
+masks)`` (ψ̂ of many coalitions: the only place ψ̂ is computed), ``noise_weights`` and
+``describe``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 import numpy as np
+
+from dpmarket.market.members import as_members
+
+
+class Forecaster(Protocol):
+    """What the market asks of a forecast (:class:`Forecast` here, ``law.LawForecast``)."""
+
+    form: str
+
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at ``epsilons``; inf
+        for an empty one."""
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂."""
+
+    def describe(self) -> str:
+        """The formula and its constants, for the terminal."""
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form."""
 
 
 def regressors(epsilons: np.ndarray, records: float) -> tuple[float, float]:
@@ -26,7 +54,7 @@ def regressors(epsilons: np.ndarray, records: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class Forecast:
-    """Calibrated constants and the quality of their fit."""
+    """Theorem 2's calibrated constants and the quality of their fit."""
 
     c1: float
     c2: float
@@ -34,43 +62,89 @@ class Forecast:
     rms_relative_error: float = float("nan")
     points: int = 0
     c0: float = 0.0  # the finite-T optimisation floor (see the module docstring)
+    by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    excluded: int = 0  # pilots left out of the fit (calibration.PilotRuns.in_range)
+    form = "theorem2"
 
     def psi(self, epsilons: np.ndarray, records: float) -> float:
         """ψ̂ for the given budgets of the participating owners and their total records."""
         a, b = regressors(epsilons, records)
         return self.c0 + self.c1 * a + self.c2 * b
 
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at the owners' ε ((N,)
+        or (K, N)); inf when empty. The one place the market computes ψ̂ (law.LawForecast has the
+        same call)."""
+        members = as_members(coalitions)
+        eps = np.asarray(epsilons, dtype=float)
+        inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
+        if inverse.ndim == 1:
+            inv = members.sums(inverse)
+        else:
+            inv = members.weighted_sums(np.broadcast_to(inverse, members.masks.shape), np.ones(len(records)))
+        some = members.nonempty()  # an empty coalition: ψ̂ = inf, without dividing by zero
+        n = np.where(some, members.sums(np.asarray(records, dtype=float)), 1.0)
+        psi = self.c0 + self.c1 * np.sqrt(inv) / n + self.c2 * inv / n**2
+        return np.where(some, psi, np.inf)
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Every member's ε_i⁻² weighs the same here (ψ̂ grows with Σε⁻² within a coalition)."""
+        return np.atleast_2d(masks).astype(float)
+
+    def describe(self) -> str:
+        """The formula with its constants, for the terminal."""
+        return (f"psi = {self.c0:.4g} + {self.c1:.4g}/n*sqrt(sum eps^-2) + {self.c2:.4g}/n^2*sum eps^-2 "
+                "(Theorem 2's form)")
+
     def to_dict(self) -> dict:
         """A JSON-ready form, for caching next to the scenario."""
-        return asdict(self)
+        return {"form": self.form, **asdict(self), "by_size": [dict(row) for row in self.by_size]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Forecast:
         """Inverse of :meth:`to_dict`."""
-        return cls(**data)
+        fields = {k: v for k, v in data.items() if k != "form"}
+        return cls(**{**fields, "by_size": tuple(fields.get("by_size", ()))})
+
+
+def fit_quality(predicted: np.ndarray, observed: np.ndarray, sizes: np.ndarray) -> dict:
+    """R² of log ψ, RMS relative error and points, overall and per coalition size (largest first)."""
+    predicted, observed = np.asarray(predicted, dtype=float), np.asarray(observed, dtype=float)
+    relative = predicted / observed - 1.0
+    sizes = np.asarray(sizes)
+    by_size = tuple({"members": int(k), "points": int(np.sum(sizes == k)),
+                     "rms_relative_error": float(np.sqrt(np.mean(relative[sizes == k] ** 2)))}
+                    for k in sorted(set(sizes.tolist()), reverse=True))
+    return {"r2": _r2(np.log(observed), np.log(np.maximum(predicted, 1e-300))),
+            "rms_relative_error": float(np.sqrt(np.mean(relative**2))), "points": len(observed),
+            "by_size": by_size}
+
+
+def relative_nnls(columns: np.ndarray, psi: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients x minimising Σ_k (columns_k·x/ψ_k − 1)²: least squares on relative
+    errors, so a pilot at ψ = 10⁻⁴ weighs as much as one at ψ = 1 (ψ spans decades)."""
+    from scipy.optimize import nnls  # deferred: scipy.optimize is slow to import
+
+    y = np.asarray(psi, dtype=float)
+    if np.any(y <= 0):
+        raise ValueError("pilot ψ values must be positive to calibrate on relative errors")
+    coef, _ = nnls(np.asarray(columns, dtype=float) / y[:, None], np.ones_like(y))
+    return coef
 
 
 def calibrate(epsilons: list[np.ndarray], records: list[float], psi: list[float],
               terms: tuple[str, ...] = ("c1", "c2")) -> Forecast:
-    """Fit c₁, c₂ ≥ 0 to pilot observations by non-negative least squares on relative errors.
+    """Fit c₁, c₂ ≥ 0 (and c₀ with ``terms``) to pilot observations, on relative errors.
 
-    Each row is divided by its observed ψ, so a pilot at ψ = 10⁻⁴ weighs as much as one at
-    ψ = 1 (ψ spans decades across budgets). ``terms`` selects the model among c0, c1, c2
-    (e.g. ("c2",), or ("c0", "c1", "c2") with the finite-T floor).
+    ``terms`` selects the model among c0, c1, c2 (e.g. ("c2",), or ("c0", "c1", "c2") with the
+    finite-T floor).
     """
-    from scipy.optimize import nnls  # deferred: scipy.optimize is slow to import
-
     X = np.array([(*regressors(e, n), 1.0) for e, n in zip(epsilons, records, strict=True)])
-    y = np.asarray(psi, dtype=float)
-    if np.any(y <= 0):
-        raise ValueError("pilot ψ values must be positive to calibrate on relative errors")
     keep = [i for i, name in enumerate(("c1", "c2", "c0")) if name in terms]
-    coef, _ = nnls(X[:, keep] / y[:, None], np.ones_like(y))
     full = np.zeros(3)
-    full[keep] = coef
-    predicted = X @ full
-    return Forecast(float(full[0]), float(full[1]), _r2(np.log(y), np.log(np.maximum(predicted, 1e-300))),
-                    float(np.sqrt(np.mean((predicted / y - 1) ** 2))), len(y), float(full[2]))
+    full[keep] = relative_nnls(X[:, keep], psi)
+    quality = fit_quality(X @ full, np.asarray(psi, dtype=float), [len(e) for e in epsilons])
+    return Forecast(float(full[0]), float(full[1]), c0=float(full[2]), **quality)
 
 
 def _r2(observed: np.ndarray, predicted: np.ndarray) -> float:

@@ -2,7 +2,10 @@
 
 Every policy maps (sellers, forecast, market settings) to an :class:`Outcome`. The learner's
 value of a model is ``value·max(0, 1 − ψ̂)`` with ψ̂ the forecast of §4 over the owners that
-take part; owners that decline answer nothing. Closed forms (used as test oracles):
+take part; owners that decline answer nothing. Every ψ̂ a policy considers comes from
+``forecast.coalitions`` (Theorem 2's form or the law, whichever the market was given), so the
+law's dependence on N, T, ρ and the answer caps reaches every coalition a policy weighs. Closed
+forms of Theorem 2's form (used as test oracles):
 
 - posted price p, quadratic costs: ε_i = clip(p/c_i), utility p ε_i − c_i ε_i²/2 ≥ 0;
 - procurement, quadratic costs, c₁ = 0, bounds slack: ε_i = κ c_i^(−1/4) with
@@ -23,21 +26,22 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.market.costs import Cost
-from dpmarket.market.forecast import Forecast
+from dpmarket.market.forecast import Forecaster
+from dpmarket.market.members import Prefixes
 from dpmarket.market.outcome import Outcome, learner_value
-from dpmarket.market.sellers import Sellers, coalition_psi
+from dpmarket.market.sellers import Sellers
 from dpmarket.scenario import Market
 
 EXHAUSTIVE_UP_TO = 10  # owners: exact subset search (procurement) and exact Shapley values
 SHAPLEY_STREAM = 2**31 - 1  # sub-index of the "market" stream for permutation sampling
 
 
-def _finish(name: str, s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray,
+def _finish(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray,
             members: np.ndarray, price: float | None = None) -> Outcome:
     """The outcome of ``members`` taking part at ``eps`` for ``pay`` (others: zeros)."""
     eps, pay = np.where(members, eps, 0.0), np.where(members, pay, 0.0)
     cost = np.where(members, s.cost(np.where(members, eps, 1.0)), 0.0)
-    psi = float(coalition_psi(f, eps, s.records, members)[0])
+    psi = float(f.coalitions(eps, s.records, members)[0])
     return Outcome(name, eps, pay, cost, s.gains(psi, members), members.astype(bool), psi,
                    learner_value(m.value, psi), price, np.asarray(s.cost.coef, dtype=float))
 
@@ -58,7 +62,7 @@ def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | No
     return np.array(taken, dtype=bool)
 
 
-def _individual_offers(name: str, s: Sellers, f: Forecast, m: Market, eps: np.ndarray,
+def _individual_offers(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray,
                        pay: np.ndarray, price: float | None) -> Outcome:
     """Owners take an individual offer (ε_i, pay_i) when it leaves them no worse off.
 
@@ -70,7 +74,7 @@ def _individual_offers(name: str, s: Sellers, f: Forecast, m: Market, eps: np.nd
     return _finish(name, s, f, m, eps, pay, _takers(s, f, m, eps, pay), price)
 
 
-def _takers(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray) -> np.ndarray:
+def _takers(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray) -> np.ndarray:
     """Who takes individual offers (ε_i, pay_i): see :func:`_individual_offers`."""
     money = pay - s.cost(eps)
     members = _ration(s, pay, money >= 0, m.budget)
@@ -79,7 +83,7 @@ def _takers(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray
     return members
 
 
-def _join_for_model(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np.ndarray,
+def _join_for_model(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray,
                     money: np.ndarray, members: np.ndarray) -> np.ndarray:
     """Add owners that the model's value makes willing, one at a time, keeping everyone rational."""
     left = np.inf if m.budget is None else m.budget - float(pay[members].sum())
@@ -88,13 +92,13 @@ def _join_for_model(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, pay: np
             continue
         trial = members.copy()
         trial[i] = True
-        psi = float(coalition_psi(f, eps, s.records, trial)[0])
+        psi = float(f.coalitions(eps, s.records, trial)[0])
         if np.all((money + s.gains(psi, trial))[trial] >= 0):
             members, left = trial, left - pay[i]
     return members
 
 
-def posted_price(s: Sellers, f: Forecast, m: Market, price: float | None = None) -> Outcome:
+def posted_price(s: Sellers, f: Forecaster, m: Market, price: float | None = None) -> Outcome:
     """A price p per unit ε: each owner picks its best response ε_i and is paid p ε_i.
 
     Owners best-respond on [ε_min, ε_max] (quadratic: ε_i = clip(p/c_i)) and decline when even
@@ -114,7 +118,7 @@ def _posted_offers(s: Sellers, price: float) -> tuple[np.ndarray, np.ndarray]:
     return eps, price * eps
 
 
-def record_price(s: Sellers, f: Forecast, m: Market) -> Outcome:
+def record_price(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """A price p (``price_per_record``) per record·ε: owner i faces the unit price p n_i, so
     larger owners sell more ε.
 
@@ -126,30 +130,35 @@ def record_price(s: Sellers, f: Forecast, m: Market) -> Outcome:
     return _individual_offers("record_price", s, f, m, eps, unit * eps, m.price_per_record)
 
 
-def take_it_or_leave_it(s: Sellers, f: Forecast, m: Market) -> Outcome:
+def take_it_or_leave_it(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """Every owner is offered p·ε̄ for ε = ε̄ (``offer_epsilon``); it accepts iff C_i(ε̄) ≤ p ε̄."""
     eps = np.full(s.count, m.offer_epsilon)
     return _individual_offers("take_it_or_leave_it", s, f, m, eps, m.price * eps, m.price)
 
 
-def budget_epsilons(s: Sellers, masks: np.ndarray, budget: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per coalition (rows of ``masks``): the ε minimising Σε⁻² with Σ C_i(ε_i) ≤ B, and feasibility.
+def budget_epsilons(s: Sellers, masks: np.ndarray, budget: float,
+                    weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per coalition (rows of ``masks``): the ε minimising Σ a_iε_i⁻² with Σ C_i(ε_i) ≤ B, and feasibility.
 
-    Convex problem; KKT gives 2ε_i⁻³ = μ C_i'(ε_i), i.e. C_i'(ε_i) ε_i³ = t (t = 2/μ) clipped
-    to the bounds, and the spend increases with t: t is found by bisection (on log t) so that
-    the spend is B, or ε = ε_max everywhere when that is affordable. A coalition is feasible
-    when its spend at ε_min fits the budget.
+    ``weights`` a_i (rows like ``masks``; default 1) are the forecast's weights of each member's
+    ε_i⁻² (equal under Theorem 2's form; under the law they follow π_i m_i², equal unless clock
+    rates or caps differ). Convex problem; KKT gives 2a_iε_i⁻³ = μ C_i'(ε_i), i.e.
+    C_i'(ε_i) ε_i³ = t a_i (t = 2/μ) clipped to the bounds, and the spend increases with t: t is
+    found by bisection (on log t) so that the spend is B, or ε = ε_max everywhere when that is
+    affordable. A coalition is feasible when its spend at ε_min fits the budget.
     """
     masks = np.atleast_2d(masks)
+    a = np.ones(masks.shape) if weights is None else np.where(masks, weights, 1.0)
+    a = np.where(a > 0, a, 1.0)  # a member whose ε does not matter: any positive weight
 
     def spend(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        eps = s.cost.inverse_marginal_times_cube(t[:, None], s.eps_min, s.eps_max)
+        eps = s.cost.inverse_marginal_times_cube(t[:, None] * a, s.eps_min, s.eps_max)
         return eps, np.where(masks, s.cost(eps), 0.0).sum(axis=1)
 
-    cube_lo = s.cost.marginal(np.full(s.count, s.eps_min)) * s.eps_min**3
-    cube_hi = s.cost.marginal(np.full(s.count, s.eps_max)) * s.eps_max**3
-    lo = np.full(len(masks), np.log(cube_lo.min()) - 1)
-    hi = np.full(len(masks), np.log(cube_hi.max()) + 1)
+    cube_lo = s.cost.marginal(np.full(s.count, s.eps_min)) * s.eps_min**3 / a
+    cube_hi = s.cost.marginal(np.full(s.count, s.eps_max)) * s.eps_max**3 / a
+    lo = np.log(cube_lo.min(axis=1)) - 1
+    hi = np.log(cube_hi.max(axis=1)) + 1
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         over = spend(np.exp(mid))[1] > budget
@@ -172,17 +181,16 @@ def _coalitions(s: Sellers) -> np.ndarray:
     return masks
 
 
-def procurement(s: Sellers, f: Forecast, m: Market) -> Outcome:
+def procurement(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """First-best procurement: the coalition and ε minimising ψ̂ with Σ C_i(ε_i) ≤ B, each paid its cost.
 
-    ψ̂ increases with Σε⁻² for a fixed coalition, so within a coalition this is
-    :func:`budget_epsilons`; coalitions are searched exhaustively for N ≤ 10, over cost-ordered
-    prefixes beyond. Owners get exactly their cost (utility 0, plus any model value).
+    For a fixed coalition ψ̂ falls as Σ a_iε_i⁻² falls (a_i the forecast's noise weights), so within
+    a coalition this is :func:`budget_epsilons`; coalitions are searched exhaustively for N ≤ 10,
+    over cost-ordered prefixes beyond. Owners get exactly their cost (utility 0, plus any model value).
     """
     masks = _coalitions(s)
-    eps, feasible = budget_epsilons(s, masks, m.budget)
-    psi = np.array([coalition_psi(f, e, s.records, mk)[0] for e, mk in zip(eps, masks, strict=True)])
-    psi = np.where(feasible, psi, np.inf)
+    eps, feasible = budget_epsilons(s, masks, m.budget, f.noise_weights(s.records, masks))
+    psi = np.where(feasible, f.coalitions(eps, s.records, masks), np.inf)
     if not np.isfinite(psi).any():
         return _finish("procurement", s, f, m, np.zeros(s.count), np.zeros(s.count),
                        np.zeros(s.count, bool))
@@ -192,7 +200,7 @@ def procurement(s: Sellers, f: Forecast, m: Market) -> Outcome:
     return _finish("procurement", s, f, m, eps[best], pay, members)
 
 
-def stackelberg(s: Sellers, f: Forecast, m: Market) -> Outcome:
+def stackelberg(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """The posted price that maximises the learner's surplus, anticipating best responses.
 
     The learner leads: for each price p the owners' best responses (and decisions to take
@@ -200,17 +208,23 @@ def stackelberg(s: Sellers, f: Forecast, m: Market) -> Outcome:
     (within the budget if there is one). Numeric: a log grid over the prices that can matter,
     plus the kinks where owners switch, then a bounded refinement around the best grid point.
     """
+    def surpluses(prices: np.ndarray) -> np.ndarray:
+        """posted_price(s, f, m, price=p).surplus for each p, without building whole outcomes; the
+        forecast is asked once for all the prices' coalitions."""
+        offers = [_posted_offers(s, float(p)) for p in prices]
+        eps = np.array([e for e, _ in offers])
+        members = np.array([_takers(s, f, m, e, pay) for e, pay in offers])  # rationed within any budget
+        psi = f.coalitions(eps, s.records, members)
+        spend = np.where(members, np.array([pay for _, pay in offers]), 0.0).sum(axis=1)
+        return m.value * np.maximum(0.0, 1.0 - psi) - spend
+
     def surplus(p: float) -> float:
-        """posted_price(s, f, m, price=p).surplus, without building the whole outcome."""
-        eps, pay = _posted_offers(s, p)
-        members = _takers(s, f, m, eps, pay)  # rationed within any budget
-        psi = float(coalition_psi(f, eps, s.records, members)[0])
-        return learner_value(m.value, psi) - float(np.sum(np.where(members, pay, 0.0)))
+        return float(surpluses(np.array([p]))[0])
 
     lo = float(np.min(s.cost.marginal(np.full(s.count, s.eps_min)))) / 4
     hi = float(np.max(s.cost.marginal(np.full(s.count, s.eps_max)))) * 4
     grid = np.unique(np.concatenate([np.geomspace(lo, hi, 241), np.atleast_1d(s.cost.coef) * (1 + 1e-9)]))
-    values = np.array([surplus(p) for p in grid])
+    values = surpluses(grid)
     k = int(np.argmax(values))
     a, b = np.log(grid[max(k - 1, 0)]), np.log(grid[min(k + 1, len(grid) - 1)])
     x = _golden_max(lambda x: surplus(float(np.exp(x))), a, b)
@@ -235,7 +249,7 @@ def _golden_max(fun: Callable[[float], float], a: float, b: float, tol: float = 
     return 0.5 * (a + b)
 
 
-def auction(s: Sellers, f: Forecast, m: Market, bids: np.ndarray | None = None) -> Outcome:
+def auction(s: Sellers, f: Forecaster, m: Market, bids: np.ndarray | None = None) -> Outcome:
     """Truthful threshold reverse auction for ε̄ (``offer_epsilon``), reserve price p per unit ε.
 
     Owners bid cost coefficients b_i (truthfully b_i = c_i). Let R = p ε̄ (the reserve) and
@@ -267,13 +281,13 @@ def auction(s: Sellers, f: Forecast, m: Market, bids: np.ndarray | None = None) 
                    members, m.price)
 
 
-def coalition_values(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, masks: np.ndarray) -> np.ndarray:
-    """V(S) = value·max(0, 1 − ψ̂(S)) for each coalition in ``masks``; V(∅) = 0."""
-    psi = coalition_psi(f, eps, s.records, masks)
+def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, masks) -> np.ndarray:
+    """V(S) = value·max(0, 1 − ψ̂(S)) for each coalition in ``masks`` (or prefixes); V(∅) = 0."""
+    psi = f.coalitions(eps, s.records, masks)
     return m.value * np.maximum(0.0, 1.0 - psi)
 
 
-def shapley(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, players: np.ndarray,
+def shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray,
             seed: int) -> np.ndarray:
     """Shapley values of the ``players`` in the game V (others absent); exact for ≤ 10 players.
 
@@ -305,21 +319,22 @@ def shapley(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, players: np.nda
     return _shapley_sampled(s, f, m, eps, idx, streams.stream(seed, "market", SHAPLEY_STREAM))
 
 
-def _shapley_sampled(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, idx: np.ndarray,
+def _shapley_sampled(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx: np.ndarray,
                      gen: np.random.Generator) -> np.ndarray:
-    """Monte-Carlo Shapley: average marginal contributions along random orders of ``idx``."""
+    """Monte-Carlo Shapley: average marginal contributions along random orders of ``idx``.
+
+    Every prefix of every order is a coalition whose value comes from ``f.coalitions``, like any
+    other; given as :class:`Prefixes`, the forecast sums along the orders instead of over masks.
+    """
     orders = gen.permuted(np.tile(idx, (m.shapley_samples, 1)), axis=1)
-    inv = np.cumsum(eps[orders] ** -2.0, axis=1)
-    n = np.cumsum(s.records[orders], axis=1)
-    psi = f.c0 + f.c1 * np.sqrt(inv) / n + f.c2 * inv / n**2
-    v = m.value * np.maximum(0.0, 1.0 - psi)
+    v = coalition_values(s, f, m, eps, Prefixes(orders)).reshape(orders.shape)
     marginal = np.diff(np.concatenate([np.zeros((len(v), 1)), v], axis=1), axis=1)
     phi = np.zeros(s.count)
     np.add.at(phi, orders.ravel(), marginal.ravel())
     return phi / m.shapley_samples
 
 
-def leave_one_out(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, players: np.ndarray) -> np.ndarray:
+def leave_one_out(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray) -> np.ndarray:
     """φ_i = V(S) − V(S ∖ {i}) for the players S (0 for others)."""
     masks = np.tile(players, (s.count, 1))
     masks[np.arange(s.count), np.arange(s.count)] = False
@@ -327,7 +342,7 @@ def leave_one_out(s: Sellers, f: Forecast, m: Market, eps: np.ndarray, players: 
     return np.where(players, full - coalition_values(s, f, m, eps, masks), 0.0)
 
 
-def marginal(s: Sellers, f: Forecast, m: Market, seed: int = 0) -> Outcome:
+def marginal(s: Sellers, f: Forecaster, m: Market, seed: int = 0) -> Outcome:
     """Payment by marginal contribution on the forecast, every owner at ε̄ (``offer_epsilon``).
 
     Owner i is paid its Shapley value (or leave-one-out contribution, ``contribution``) in the
@@ -360,7 +375,7 @@ POLICIES: dict[str, Callable[..., Outcome]] = {
 }
 
 
-def settle(policy: str, s: Sellers, f: Forecast, m: Market, seed: int = 0) -> Outcome:
+def settle(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int = 0) -> Outcome:
     """Run ``policy`` (``seed`` drives the only random policy step, sampled Shapley values)."""
     if policy == "marginal":
         return marginal(s, f, m, seed)

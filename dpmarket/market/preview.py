@@ -14,7 +14,6 @@ import numpy as np
 
 from dpmarket.market import calibration
 from dpmarket.market.policies import settle
-from dpmarket.market.sellers import coalition_psi
 from dpmarket.market.stage import sellers_of
 from dpmarket.scenario import Market, Scenario
 
@@ -37,16 +36,15 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
     else:
         eps = np.array([scenario.owner_value(i, "epsilon") for i in range(N)], dtype=float)
         members, terms = np.ones(N, bool), "every owner at its scenario budget (no [market])"
-    psi = float(coalition_psi(forecast, eps, consortium.sizes, members)[0])
+    psi = float(forecast.coalitions(eps, consortium.sizes, members)[0])
     own = prepared.own_psi
-    f = forecast
     lines = [f"scenario      {scenario.name} (seed {scenario.seed}): {N} owners, "
              f"{int(consortium.sizes.sum()):,} records",
-             f"forecast      psi = {f.c0:.4g} + {f.c1:.4g}/n*sqrt(sum eps^-2) + {f.c2:.4g}/n^2*sum eps^-2",
-             f"fit           R2(log psi) {f.r2:.3f}, RMS relative error {f.rms_relative_error:.3f}, "
-             f"{f.points} pilot points (budget x subset, replications averaged); {source}",
+             f"forecast      {forecast.describe()}",
+             f"source        {source}",
+             *fit_lines(forecast),
              f"terms         {terms}: {int(members.sum())} of {N} owners take part",
-             f"predicted psi {psi:.4g}",
+             f"predicted psi {psi:.4g}{_law_terms(forecast, eps, consortium.sizes, members)}",
              f"benefit       {int(np.sum(members & (psi < own)))} of {int(members.sum())} "
              "participants are forecast to beat their own-data model",
              "",
@@ -56,6 +54,31 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibrat
         lines.append(f"{i:>5}  {consortium.names[i][:28]:<28} {int(consortium.sizes[i]):>9,} "
                      f"{eps[i]:>9.4g} {own[i]:>10.4g}  {verdict}")
     return "\n".join(lines)
+
+
+def _law_terms(forecast, eps: np.ndarray, sizes: np.ndarray, members: np.ndarray) -> str:
+    """For the law: its two terms at the predicted coalition, so one sees what dominates."""
+    if forecast.form != "law" or not members.any():
+        return ""
+    free, noise = forecast.terms(eps, sizes, members)
+    return (f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) "
+            f"+ {forecast.c2:.3g} x {noise[0]:.4g} (noise)")
+
+
+def fit_lines(forecast) -> list[str]:
+    """The fit's quality, overall and per pilot coalition size (nothing when nothing was fitted)."""
+    if not forecast.points:
+        return ["fit           none: no pilots (the multipliers are given)"]
+    lines = [f"fit           R2(log psi) {forecast.r2:.3f}, RMS relative error "
+             f"{forecast.rms_relative_error:.3f}, {forecast.points} pilot points (budget x subset, "
+             "replications averaged)"]
+    if forecast.excluded:
+        lines.append(f"              {forecast.excluded} more pilot points left out: psi above the untrained "
+                     "model's (the box clips the noise there)")
+    for row in forecast.by_size:
+        lines.append(f"  {row['members']:>4} owners: RMS relative error {row['rms_relative_error']:.3f} "
+                     f"over {row['points']} points")
+    return lines
 
 
 def _defaults() -> dict:

@@ -13,7 +13,6 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.market.costs import Cost
-from dpmarket.market.forecast import Forecast
 from dpmarket.scenario import Scenario
 
 
@@ -64,16 +63,3 @@ def build_sellers(scenario: Scenario, records: np.ndarray, own_psi: np.ndarray |
     coef = cost_coefficients(scenario, len(records))
     return Sellers(Cost(m.costs.kind, coef), np.asarray(records, dtype=float), m.epsilon_min,
                    m.epsilon_max, own_psi, m.model_value)
-
-
-def coalition_psi(forecast: Forecast, epsilons: np.ndarray, records: np.ndarray,
-                  masks: np.ndarray) -> np.ndarray:
-    """ψ̂ of every coalition in ``masks`` (K, N booleans) at the owners' ε; inf when empty."""
-    masks = np.atleast_2d(masks)
-    safe = np.where(masks, np.asarray(epsilons, dtype=float), 1.0)  # non-members: any ε > 0
-    inv = np.where(masks, safe**-2.0, 0.0).sum(axis=1)
-    n = masks @ np.asarray(records, dtype=float)
-    some = masks.any(axis=1)  # an empty coalition: ψ̂ = inf, without dividing by zero
-    n = np.where(some, n, 1.0)
-    psi = forecast.c0 + forecast.c1 * np.sqrt(inv) / n + forecast.c2 * inv / n**2
-    return np.where(some, psi, np.inf)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dpmarket.errors import MarketError
 from dpmarket.market import calibration
-from dpmarket.market.forecast import Forecast
+from dpmarket.market.forecast import Forecaster
 from dpmarket.market.outcome import Outcome
 from dpmarket.market.policies import settle
 from dpmarket.market.sellers import Sellers, build_sellers
@@ -27,8 +27,8 @@ class MarketStage:
     """The outcome of the scenario's policy and the forecast it was negotiated with."""
 
     outcome: Outcome
-    forecast: Forecast
-    source: str  # where the forecast constants came from
+    forecast: Forecaster
+    source: str  # where the forecast came from (names an oracle calibration on the owners' records)
 
 
 def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:

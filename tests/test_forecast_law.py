@@ -1,0 +1,320 @@
+"""The forecast law (dpmarket/market/law.py) against simulation: on the 10-bank market, on coalitions
+the pilots never saw, without noise; that pilots never read the owners' records; bad input.
+
+Each accuracy check is also run with a deliberately wrong law (the N+1 copies counted as N, or
+the answer caps m_i ignored) and must then fail: the checks can tell a right law from a wrong one.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmarket import run
+from dpmarket.cli import main
+from dpmarket.data.proxy import summarise
+from dpmarket.errors import ScenarioError
+from dpmarket.market import calibration, compare, law
+from dpmarket.market.law import LawForecast, build_inputs
+from dpmarket.scenario import POLICIES, load, validate
+from dpmarket.stepsize import resolve_step
+from tests.helpers import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+BANKS = ROOT / "scenarios" / "banks_market.toml"
+BAND = 1.5  # the target: every forecast within ×1.5 of its simulated mean
+
+
+def within(ratio: float, band: float = BAND) -> bool:
+    """ratio within [1/band, band]."""
+    return 1 / band <= ratio <= band
+
+
+def without_n_plus_one(monkeypatch) -> None:
+    """A wrong law: the mean of N copies instead of N+1 (in η and in the floor)."""
+    true_coalitions, true_floor = law.coalitions_of, law.floor_law
+
+    def coalitions(*args):
+        c = true_coalitions(*args)
+        return replace(c, eta=c.eta * (c.owners + 1) / c.owners)
+
+    monkeypatch.setattr(law, "coalitions_of", coalitions)
+    monkeypatch.setattr(law, "floor_law", lambda rho, owners, *rest: true_floor(rho, owners - 1, *rest))
+
+
+@pytest.fixture(scope="module")
+def banks(tmp_path_factory):
+    """The README's comparison: all seven policies, 10 replications, the calibrated law (cached)."""
+    cache = tmp_path_factory.mktemp("forecasts")
+    c = compare.compare(load(BANKS), list(POLICIES), replications=10, cache=cache)
+    prepared = run.prepare(c.scenario)
+    forecast, _ = calibration.resolve(c.scenario, prepared.consortium, prepared.objective, cache)
+    return c, forecast, prepared, cache
+
+
+# --- the 10-bank market --------------------------------------------------------------------------
+
+def test_every_policy_is_forecast_within_x1_5_of_its_simulated_mean(banks):
+    c, forecast, _, _ = banks
+    assert c.forecast["form"] == "law" and c.forecast_source.startswith("calibrated on the public proxy")
+    assert len({r.outcome.participates.sum() for r in c.results}) >= 3  # the policies buy differently
+    for r in c.results:
+        assert len(r.psi) == 10
+        ratio = r.psi.mean() / r.outcome.psi_forecast
+        assert within(ratio), (r.outcome.policy, ratio)
+
+
+def test_the_band_fails_when_the_law_ignores_the_answer_caps(banks):
+    """m_i = T for everyone (the caps ignored): the same coalitions are forecast far off."""
+    c, forecast, prepared, _ = banks
+    wrong = replace(forecast, inputs=replace(forecast.inputs, split="horizon"))
+    sizes = prepared.consortium.sizes
+    ratios = [r.psi.mean() / wrong.coalitions(r.outcome.epsilon, sizes, r.outcome.participates)[0]
+              for r in c.results]
+    assert not all(within(x) for x in ratios)
+
+
+def test_the_multipliers_come_out_near_one(banks):
+    """The law is right on the proxy it was fitted to: c₀ and c₂ near 1, per-size errors reported."""
+    _, forecast, _, _ = banks
+    assert 0.5 < forecast.c0 < 2 and 0.7 < forecast.c2 < 1.4
+    assert [row["members"] for row in forecast.by_size] == [10, 5, 3]
+    assert all(row["points"] == 5 and row["rms_relative_error"] < 0.5 for row in forecast.by_size)
+
+
+# --- coalitions the pilots never saw -------------------------------------------------------------
+
+def out_of_fit(prepared, scenario, forecast, replications: int = 8) -> list[tuple[int, float, float]]:
+    """(size, ε, simulated mean / forecast) on random coalitions of sizes the pilots did not use."""
+    gen = np.random.default_rng(11)
+    consortium, objective = prepared.consortium, prepared.objective
+    N, out = len(consortium.owners), []
+    for size in (1, 2, 4, 7):
+        members = np.sort(gen.permutation(N)[:size])
+        mask = np.isin(np.arange(N), members)
+        for eps in (10.0, 30.0):
+            psi = [run.train(scenario.model_copy(update={"seed": 500 + k}), consortium, objective, members,
+                             np.full(N, eps)).training.metrics.psi[-1] for k in range(replications)]
+            out.append((size, eps, float(np.mean(psi)) / forecast.coalitions(eps, consortium.sizes, mask)[0]))
+    return out
+
+
+def refit(forecast: LawForecast, cache: Path, sizes: np.ndarray) -> LawForecast:
+    """``forecast``'s law fitted again to the pilots stored in the cache (no new pilot runs)."""
+    stored = json.loads(next(cache.glob("banks_market-*.json")).read_text(encoding="utf-8"))
+    return calibration.fit_law(LawForecast(forecast.inputs), calibration.pilots_from_table(stored, sizes))
+
+
+def test_coalitions_outside_the_fit_are_forecast_within_x1_5(banks, monkeypatch):
+    """Fitted on all/half/a quarter of the banks; checked on 1, 2, 4 and 7 banks at two budgets."""
+    c, forecast, prepared, cache = banks
+    sizes = prepared.consortium.sizes
+    assert refit(forecast, cache, sizes) == forecast  # the cache holds the very pilots of the fit
+    ratios = out_of_fit(prepared, c.scenario, forecast)
+    assert all(within(x) for _, _, x in ratios), ratios
+    without_n_plus_one(monkeypatch)
+    wrong = out_of_fit(prepared, c.scenario, refit(forecast, cache, sizes), replications=2)
+    assert not all(within(x) for _, _, x in wrong)
+
+
+# --- without noise: the floor law -----------------------------------------------------------------
+
+FLOOR_CASES = [(3, 300, "auto", 1.0, 20_000), (8, 1000, "auto", 2.0, 20_000), (20, 2000, "auto", 1.0, 5_000),
+               (5, 500, 0.5, 1.0, [5_000, 10_000, 15_000, 20_000, 25_000])]
+
+
+def noise_free(N: int, T: int, rho, decay: float, records) -> tuple[float, float, float]:
+    """(the law's noise-free ψ on the owners' own summary, simulated mean, its standard error) at ε = 10⁹."""
+    s = validate({"name": "floor", "seed": 1,
+                  "data": {"owners": N, "records": records, "features": 5, "shift": 0.0, "seed": 7},
+                  "learner": {"iterations": T, "rho": rho, "auto_decay": decay},
+                  "privacy": {"epsilon": 1e9, "split": "capped"},
+                  "output": {"metric_points": 2, "plots": False}}, "test")
+    prepared = run.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
+    runs = [run.train(s.model_copy(update={"seed": 10 + k}), consortium, objective) for k in range(6)]
+    psi = np.array([r.training.metrics.psi[-1] for r in runs])
+    own = summarise("owners", objective, objective)  # the owners' own facts: checks the law, not the proxy
+    oracle = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
+    free, _ = LawForecast(oracle).terms(np.full(N, 1e9), consortium.sizes, np.ones(N, bool))
+    return float(free[0]), float(psi.mean()), float(psi.std(ddof=1) / np.sqrt(len(psi)))
+
+
+@pytest.mark.parametrize("case", FLOOR_CASES, ids=lambda c: f"N{c[0]}-T{c[1]}-rho{c[2]}")
+def test_the_noise_free_law_matches_noise_free_simulation(case):
+    """Within 5 % (plus 3 standard errors of the simulated mean); the law without N+1 is far off."""
+    predicted, simulated, se = noise_free(*case)
+    assert abs(simulated - predicted) <= 0.05 * predicted + 3 * se, (predicted, simulated, se)
+
+
+def test_the_noise_free_check_fails_without_the_n_plus_one(monkeypatch):
+    without_n_plus_one(monkeypatch)
+    predicted, simulated, se = noise_free(*FLOOR_CASES[1])
+    assert abs(simulated - predicted) > 0.05 * predicted + 3 * se
+
+
+def test_the_law_uses_the_step_and_caps_a_run_of_that_coalition_uses():
+    """ρ_S and m_i per coalition equal resolve_step's and build_owners' (unequal clocks, a cap given)."""
+    s = tiny(data={"owners": 6, "records": [300, 500, 700, 900, 1100, 1300], "generator": "whitened"},
+             model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},
+             privacy={"split": "capped"}, owners=[{"clock_rate": 2.0}, {"cap": 9}, {}, {"clock_rate": 0.5}])
+    prepared = run.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
+    inputs = build_inputs(s, consortium)
+    sizes = consortium.sizes.astype(float)
+    gen = np.random.default_rng(2)
+    for _ in range(8):
+        members = np.sort(gen.permutation(6)[: int(gen.integers(1, 7))])
+        mask = np.isin(np.arange(6), members)[None, :]
+        c = law.coalitions_of(inputs, sizes, mask)
+        assert c.rho[0] == resolve_step(s, consortium, sizes[members].astype(np.int64)).rho
+        owners = run.build_owners(s, consortium, objective, members, np.full(6, 2.0))
+        assert law.caps_of(inputs, c)[0][members].tolist() == [o.answers_allowed for o in owners]
+        b = 2 * inputs.sensitivity * law.caps_of(inputs, c)[0][members] / (sizes[members] * 2.0)
+        assert b == pytest.approx([o.scale for o in owners], rel=1e-12)  # Theorem 1's Laplace scale
+
+
+# --- pilots and the owners' records -------------------------------------------------------------
+
+def pilot_scenario(data: str, data_seed: int = 1):
+    return tiny(data={"owners": 4, "records": 400, "features": 3, "generator": "whitened", "seed": data_seed},
+                model={"intercept": False}, learner={"iterations": 80, "rho": "auto"},
+                privacy={"split": "capped"},
+                market={"policy": "posted_price", "price": 1.0, "epsilon_min": 0.5,
+                        "pilots": {"levels": 3, "subsets": 2, "replications": 2, "epsilon_low": 1.0,
+                                   "epsilon_high": 30.0, "data": data}})
+
+
+def calibrated(data: str, owners_seed: int, directory: Path):
+    """The forecast calibrated for the scenario of data seed 1, given owners drawn with ``owners_seed``
+    (same sizes, other records: a consortium the scenario's twin knows nothing about)."""
+    s = pilot_scenario(data)
+    prepared = run.prepare(pilot_scenario(data, owners_seed))
+    return calibration.resolve(s, prepared.consortium, prepared.objective, directory, recalibrate=True)
+
+
+def test_default_pilots_never_read_the_owners_records(tmp_path):
+    """Other owners' records, same public facts: bit-for-bit the same constants; the oracle changes."""
+    one, source = calibrated("proxy", 1, tmp_path / "a")
+    other, _ = calibrated("proxy", 99, tmp_path / "b")
+    assert json.dumps(one.to_dict()) == json.dumps(other.to_dict())
+    assert "oracle" not in source and source.startswith("calibrated on the public proxy")
+    oracle_one, oracle_source = calibrated("owners", 1, tmp_path / "c")
+    oracle_other, _ = calibrated("owners", 99, tmp_path / "d")
+    assert oracle_one.to_dict() != oracle_other.to_dict()
+    assert "the owners' records (oracle)" in oracle_source
+
+
+def test_the_cache_key_changes_with_the_pilots_data():
+    assert calibration.cache_key(pilot_scenario("proxy")) != calibration.cache_key(pilot_scenario("owners"))
+
+
+def test_the_oracle_is_labelled_in_the_run_summary(tmp_path, capsys):
+    from dpmarket.results import summary, summary_table
+
+    s = pilot_scenario("owners")
+    result = run.execute(s)
+    table = summary_table(result, tmp_path)
+    assert "(oracle)" in summary(result)["forecast"]["source"] and "(oracle)" in table
+    assert [row["members"] for row in summary(result)["forecast"]["by_size"]] == [4, 2]
+
+
+# --- the explicit and uncalibrated forms, bad input ------------------------------------------------
+
+def test_law_needs_no_pilots_and_keeps_theorem_two_explicit(tmp_path):
+    s = pilot_scenario("proxy").model_copy(deep=True)
+    law_s = s.model_copy(update={"market": s.market.model_copy(update={"forecast": "law"})})
+    prepared = run.prepare(law_s)
+    forecast, source = calibration.resolve(law_s, prepared.consortium, prepared.objective, tmp_path)
+    assert (forecast.c0, forecast.c2, forecast.points) == (1.0, 1.0, 0) and source.startswith("law")
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing cached, no pilot ran
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (['market.forecast="bogus"'], "market.forecast"),
+    (['market.pilots.data="twin"'], "market.pilots.data"),
+    (['market.forecast="law"', "market.epsilon_min=1e-300"], "market.epsilon_min"),
+])
+def test_bad_forecast_input_is_one_line_naming_the_key_and_writes_nothing(tmp_path, monkeypatch, capsys,
+                                                                            overrides, key):
+    monkeypatch.chdir(tmp_path)
+    sets = [arg for o in overrides for arg in ("--set", o)]
+    assert main(["market", str(BANKS), "--policies", "auction", "--out", "cmp", *sets]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and key in err and "Traceback" not in err
+    assert not any(tmp_path.iterdir())  # no comparison directory, no cached forecast
+
+
+def test_the_law_refuses_a_learner_it_does_not_describe():
+    s = tiny(data={"kind": "card_fraud"}, model={"loss": "hinge"},
+             market={"policy": "posted_price", "price": 1.0, "forecast": "law"})
+    prepared = run.prepare(s)
+    with pytest.raises(ScenarioError) as err:
+        calibration.resolve(s, prepared.consortium, prepared.objective, Path("unused"))
+    assert err.value.key == "market.forecast" and "hinge" in err.value.reason
+
+
+def test_a_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path, monkeypatch, capsys):
+    """Table data whose hold-out (40 rows) cannot stand in for the owners' 170: default pilots refuse."""
+    from tests.test_table import records, write
+
+    monkeypatch.chdir(tmp_path)
+    path = write(records(), tmp_path / "t.csv")
+    (tmp_path / "m.toml").write_text(
+        f'name = "t"\nseed = 1\n[data]\nsource = "table"\npath = "{path}"\n'
+        '[data.table]\ntarget = "y"\nnumeric = ["a", "b"]\npartition = "site"\nholdout = 40\n'
+        '[learner]\niterations = 40\nrho = 1.0\n[output]\nplots = false\n'
+        '[market]\npolicy = "auction"\nprice = 1.0\noffer_epsilon = 2.0\n')
+    assert main(["market", "m.toml", "--policies", "auction", "--out", "cmp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data.table.holdout" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.toml", "t.csv"]
+    with pytest.raises(ScenarioError, match="data.table.holdout"):
+        s = load(tmp_path / "m.toml", ['market.forecast="law"'])
+        prepared = run.prepare(s)
+        calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path / "cache")
+
+
+def test_learners_the_law_does_not_describe_fall_back_to_theorem_two(tmp_path):
+    """Hinge loss: no curvature, no law; pilots on the public proxy fit Theorem 2's constants."""
+    s = tiny(data={"kind": "card_fraud"}, model={"loss": "hinge"},
+             market={"policy": "posted_price", "price": 1.0,
+                     "pilots": {"levels": 2, "subsets": 2, "replications": 1}})
+    prepared = run.prepare(s)
+    forecast, source = calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
+    assert forecast.form == "theorem2" and source.startswith("calibrated on the public proxy")
+    assert [row["members"] for row in forecast.by_size] == [3, 2]
+
+
+def test_prefixes_of_orders_are_forecast_like_the_same_coalitions_as_masks(banks):
+    """Sampled Shapley values hand the forecast running sums along orders: the same ψ̂ as masks."""
+    from dpmarket.market.forecast import Forecast
+    from dpmarket.market.members import Prefixes
+
+    _, law_forecast, prepared, _ = banks
+    sizes, gen = prepared.consortium.sizes, np.random.default_rng(5)
+    orders = np.array([gen.permutation(10)[:7] for _ in range(6)])
+    masks = np.zeros((6, 7, 10), bool)
+    for j in range(7):
+        masks[np.arange(6)[:, None], j, orders[:, : j + 1]] = True
+    eps = gen.uniform(2.0, 40.0, 10)
+    for forecast in (law_forecast, Forecast(300.0, 5e7, c0=0.01)):
+        by_prefix = forecast.coalitions(eps, sizes, Prefixes(orders))
+        by_mask = forecast.coalitions(eps, sizes, masks.reshape(42, 10))
+        assert by_prefix == pytest.approx(by_mask, rel=1e-12)
+
+
+def test_pilots_above_the_untrained_model_are_left_out_of_the_fit(banks):
+    """A pilot whose ψ exceeds ψ(θ = 0) is in the regime where the box clips the noise: not fitted."""
+    _, forecast, prepared, cache = banks
+    stored = json.loads(next(cache.glob("banks_market-*.json")).read_text(encoding="utf-8"))
+    pilots = calibration.pilots_from_table(stored, prepared.consortium.sizes)
+    assert pilots.in_range().all() and stored["pilots"]["in_fit"] == [True] * 15
+    clipped = replace(pilots, masks=np.vstack([pilots.masks, np.ones((1, 10), bool)]),
+                      epsilon=np.append(pilots.epsilon, 0.3), psi=np.append(pilots.psi, 3 * pilots.psi_zero))
+    refitted = calibration.fit_law(LawForecast(forecast.inputs), clipped)
+    assert refitted.excluded == 1 and (refitted.c0, refitted.c2) == (forecast.c0, forecast.c2)
