@@ -125,20 +125,32 @@ def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bo
 def _whitened_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
                     y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
     """Independent features of equal variance; owners differ in their coefficients (regression)."""
-    p = len(pop.coef)
-    block = np.empty((p + 2, n))
-    X = block[:p]
-    gen.standard_normal(out=X)
+    block, X = _new_block(len(pop.coef), n, gen)
     X *= profile.feature_scale
-    block[p] = 1.0
     if profile.task == "classification":
-        X += shift * profile.feature_scale * gen.standard_normal((p, 1))
+        X += shift * profile.feature_scale * gen.standard_normal((len(pop.coef), 1))
         return _classes(profile, pop, X, block, shift, x_bound, gen)
-    coef = pop.coef + shift * np.sqrt(np.mean(pop.coef**2)) * gen.standard_normal(p)
-    np.clip(X, -x_bound, x_bound, out=X)
+    coef = pop.coef + shift * np.sqrt(np.mean(pop.coef**2)) * gen.standard_normal(len(pop.coef))
+    return _regression(profile, block, coef, 0.0, x_bound, y_bound, noise, gen)
+
+
+def _new_block(p: int, n: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A record block (p feature rows of standard normals, a row of ones, a label row) and its
+    feature rows."""
+    block = np.empty((p + 2, n))
+    gen.standard_normal(out=block[:p])
+    block[p] = 1.0
+    return block, block[:p]
+
+
+def _regression(profile: Profile, block: np.ndarray, coef: np.ndarray, offset: float, x_bound: float,
+                y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+    """Clip the features, then labels coefᵀx + offset + noise, clipped into [−y_bound, y_bound]."""
+    p, n = len(coef), block.shape[1]
+    np.clip(block[:p], -x_bound, x_bound, out=block[:p])
     y = block[p + 1]
-    np.dot(coef, X, out=y)
-    y += _label_noise(profile, noise, n, gen)
+    np.dot(coef, block[:p], out=y)
+    y += offset + _label_noise(profile, noise, n, gen)
     np.clip(y, -y_bound, y_bound, out=y)
     return block
 
@@ -159,24 +171,17 @@ def _correlated_owner(profile: Profile, pop: Population, n: int, shift: float, x
                       y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
     """The generator of dpmarket ≤ 0.1: AR(1) features shifted per owner, a label offset."""
     p = len(pop.coef)
-    block = np.empty((p + 2, n))
-    X = block[:p]
-    gen.standard_normal(out=X)
+    block, X = _new_block(p, n, gen)
     r = profile.correlation
     for j in range(1, p):  # X_j = r X_{j−1} + sqrt(1 − r²) U_j: unit variance, corr r^|i−j|
         X[j] *= np.sqrt(1.0 - r * r)
         X[j] += r * X[j - 1]
     X *= profile.feature_scale
     X += shift * gen.standard_normal((p, 1))
-    block[p] = 1.0
     if profile.task == "classification":
         return _classes(profile, pop, X, block, shift, x_bound, gen)
-    np.clip(X, -x_bound, x_bound, out=X)
-    y = block[p + 1]
-    np.dot(pop.coef, X, out=y)
-    y += pop.intercept + 0.5 * shift * gen.standard_normal() + _label_noise(profile, noise, n, gen)
-    np.clip(y, -y_bound, y_bound, out=y)
-    return block
+    offset = pop.intercept + 0.5 * shift * gen.standard_normal()
+    return _regression(profile, block, pop.coef, offset, x_bound, y_bound, noise, gen)
 
 
 def _label_noise(profile: Profile, sd: float, n: int, gen: np.random.Generator) -> np.ndarray:
