@@ -95,7 +95,7 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
     bound = loss.l1_sensitivity(consortium.z_l1, consortium.y_max, scenario.model.theta_max)
     p = scenario.privacy
     if p.sensitivity != "clip":
-        return _finite(bound, "data.feature_bound", scenario)
+        return _finite_bound(bound, scenario)
     if p.clip != "auto":
         return float(p.clip)
     from dpmarket.data.proxy import public_info  # deferred: builds the twin only when needed
@@ -105,20 +105,30 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
         raise ScenarioError(scenario.source, "privacy.clip", "auto",
                             f"the proxy's {p.clip_quantile} quantile of gradient norms is {clip!r}: "
                             "raise privacy.clip_quantile or give a number")
-    return min(clip, _finite(bound, "data.feature_bound", scenario))
+    return min(clip, _finite_bound(bound, scenario))
 
 
-def _finite(value: float, key: str, scenario: Scenario) -> float:
-    """``value`` if finite, else a ScenarioError naming ``key`` (a derived quantity overflowed)."""
-    if not np.isfinite(value):
-        raise ScenarioError(scenario.source, key, _short_value(scenario, key),
-                            f"makes a derived quantity non-finite ({value!r})")
-    return float(value)
+def _finite_bound(xi: float, scenario: Scenario) -> float:
+    """Ξ if finite, else a ScenarioError naming the declared bound that overflowed it (the
+    largest of |x_j| ≤ X, |y| ≤ Y and θmax, which Ξ multiplies)."""
+    if np.isfinite(xi):
+        return float(xi)
+    d, m = scenario.data, scenario.model
+    key, value = max((("data.feature_bound", d.feature_bound), ("data.label_bound", d.label_bound),
+                      ("model.theta_max", m.theta_max)), key=lambda kv: kv[1])
+    raise ScenarioError(scenario.source, key, value, f"makes the sensitivity Ξ = {xi!r}, not finite")
 
 
-def _short_value(scenario: Scenario, key: str):
-    section, name = key.split(".")
-    return getattr(getattr(scenario, section), name)
+def _check_budget(scenario: Scenario, owner: int, xi: float, answers: int, records: int,
+                  epsilon: float) -> None:
+    """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i) overflows: its answers
+    would be infinite (θ pinned to the box), not merely noisy."""
+    if np.isfinite(2.0 * xi * answers / (records * epsilon)):
+        return
+    spec = scenario.owners[owner] if owner < len(scenario.owners) else None
+    key = f"owners.{owner}.epsilon" if spec is not None and spec.epsilon is not None else "privacy.epsilon"
+    raise ScenarioError(scenario.source, key, epsilon, "so small a budget makes the Laplace noise scale "
+                        "2Ξm/(nε) infinite: no answer could carry information")
 
 
 def query_shares(scenario: Scenario, members: np.ndarray) -> np.ndarray:
@@ -149,6 +159,7 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
         eps = scenario.owner_value(i, "epsilon") if epsilons is None else float(epsilons[i])
         cap = answer_cap(scenario.privacy.split, T, share, scenario.owner_value(i, "cap"),
                          scenario.privacy.cap_quantile)
+        _check_budget(scenario, i, xi, cap, int(consortium.sizes[i]), eps)
         owners.append(DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
                                 eps, cap, xi, streams.stream(scenario.seed, "noise", i), clip))
     return owners

@@ -74,7 +74,11 @@ def auto_rho(owners: int | np.ndarray, iterations: int, lam: float, share_max: f
 def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
     """The step of a run whose participants have ``sizes``: the given ρ, or "auto"'s."""
     lr, lam = scenario.learner, scenario.model.regularization
+    if lr.iterations * lr.iterations * 2.0 * lam < 1e-300:  # T²σ underflows: no step is finite
+        raise ScenarioError(scenario.source, "model.regularization", lam,
+                            "so small that T²σ underflows: Algorithm 1's steps ρ/(T²σ) are not finite")
     if lr.rho != "auto":  # no proxy: its stability is the oracle step_curvature_max of the run
+        check_steps(scenario, float(lr.rho), len(sizes))
         return StepSize(float(lr.rho), "given", None)
     N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
     info = _public(scenario, consortium)
@@ -84,9 +88,20 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
         raise ScenarioError(scenario.source, "learner.rho", "auto",
                             f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
                             f"eigenvalue {h_min!r}): give a number")
+    check_steps(scenario, rho, N)
     source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
               f"from the {info.source}")
     return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+
+
+def check_steps(scenario, rho: float, owners: int) -> None:
+    """Refuse a ρ whose owner step Nρ/(T²σ) is not a finite positive number (T²σ itself is checked
+    first, so what is left to blame is ρ)."""
+    lr = scenario.learner
+    step = owners * rho / (lr.iterations * lr.iterations * 2.0 * scenario.model.regularization)
+    if not (np.isfinite(step) and step > 0):
+        raise ScenarioError(scenario.source, "learner.rho", rho,
+                            f"makes the owners' step Nρ/(T²σ) = {step!r}, not a finite positive number")
 
 
 def _public(scenario, consortium):

@@ -62,6 +62,15 @@ def test_validate_prints_the_resolved_scenario(tmp_path, capsys):
     ("name = 'x'\n", ["--set", "network.clock_rate=-2"], "network.clock_rate"),
     ("name = 'x'\n[data]\nkind = 'card_fraud'\n[model]\nloss = 'hinge'\n", [], "learner.rho = 'auto'"),
     ("name = 'x'\n", ["--set", "privacy.sensitivity='clip'", "--set", "privacy.clip=0"], "privacy.clip = 0"),
+    # derived quantities that would not be finite name the key that made them so
+    ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "model.theta_max=1e308"], "model.theta_max = 1e+308"),
+    ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "data.feature_bound=1e308"],
+     "data.feature_bound = 1e+308"),
+    ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "privacy.epsilon=5e-324"], "privacy.epsilon = 5e-324"),
+    ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "learner.rho=1e308"], "learner.rho = 1e+308"),
+    ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "model.regularization=1e-320"],
+     "model.regularization = 1e-320"),
+    ("name = 'x'\n", ["--set", "model.regularization=1e-320"], "model.regularization = 1e-320"),
 ])
 def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, content, override, expected):
     path = tmp_path / "bad.toml"
