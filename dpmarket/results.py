@@ -9,16 +9,15 @@ error rather than something dpmarket would silently overwrite.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
+from dpmarket import files
 from dpmarket.errors import RunDirectoryError
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
@@ -38,7 +37,7 @@ def run_directory(target: Path) -> Iterator[Path]:
             f"{target}: exists and is not a dpmarket run directory; choose another --out")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+        staging = files.staging_dir(target.parent, f".{target.name}.")
     except OSError as exc:
         raise RunDirectoryError(f"{target}: cannot create: {exc.strerror}") from None
     try:
@@ -62,7 +61,7 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
     write_metrics(result, directory / "metrics.csv")
     write_owners(result, directory / "owners.csv")
-    (directory / "summary.json").write_text(json.dumps(summary(result), indent=2) + "\n",
+    (directory / "summary.json").write_text(files.dumps(summary(result), indent=2) + "\n",
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")

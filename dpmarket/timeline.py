@@ -11,8 +11,6 @@ binned, never subsampled), which stay legible for 10,000 owners.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from dpmarket import files
 from dpmarket.errors import DPMarketError
 
 MAX_LANES = 50
@@ -158,14 +157,7 @@ def format_tables(owners: pd.DataFrame, channels: pd.DataFrame | None, t0: float
 
 def _atomic(path: Path, write) -> None:
     """Write ``path`` through a temporary sibling, so it is never seen half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    files.write_atomic(path, lambda temp: write(str(temp)))
 
 
 def report(run_dir: str | Path, owners: str | None = None, t0: float | None = None,

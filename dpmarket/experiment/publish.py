@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
 
-from dpmarket import report, sweep_plots
+from dpmarket import files, report, sweep_plots
 from dpmarket.experiment.store import held_interrupt
 
 STAGING_PREFIX = ".staging."
@@ -36,7 +35,7 @@ HOW_MADE_NOTE = ("How this experiment was run (executor, workers, scheduler, rep
 @contextmanager
 def published(directory: Path) -> Iterator[Path]:
     """A staging directory whose files are moved into ``directory`` when the block succeeds."""
-    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, suffix=".tmp", dir=directory))
+    staging = files.staging_dir(directory, STAGING_PREFIX, ".tmp")
     try:
         yield staging
         with held_interrupt():

@@ -16,16 +16,15 @@ with ``os.replace``, so a reader (or a resumed run) sees a complete file or none
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from dpmarket import files
 from dpmarket.errors import DPMarketError, RunDirectoryError
 
 IDENTITY = "experiment.json"
@@ -61,14 +60,7 @@ def held_interrupt() -> Iterator[None]:
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(temp)`` on a hidden temporary file beside ``path``, then move it into place."""
     with held_interrupt():
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
-        try:
-            write(Path(temp))
-            os.replace(temp, path)
-        finally:
-            if os.path.exists(temp):
-                os.unlink(temp)
+        files.write_atomic(path, write)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

@@ -9,14 +9,13 @@ ones (the r-th seed does not depend on R).
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpmarket import rng
+from dpmarket import files, rng
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.experiment import publish, tables
 from dpmarket.experiment.executors import default_workers, run_tasks
@@ -132,8 +131,8 @@ def write_csv(path: Path, header: tuple, rows) -> None:
 
 
 def write_json(path: Path, data: dict) -> None:
-    """A JSON document, written atomically."""
-    write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+    """A JSON document, written atomically (strict: non-finite numbers as null)."""
+    write_text_atomic(path, files.dumps(data, indent=2) + "\n")
 
 
 def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:

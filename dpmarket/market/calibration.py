@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from dpmarket import files
 from dpmarket import rng as streams
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
@@ -228,8 +227,5 @@ def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple:
 def _write_atomically(path: Path, content: dict) -> None:
     """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(content, fh, indent=2)
-        fh.write("\n")
-    os.replace(tmp, path)
+    files.write_atomic(path, lambda temp: temp.write_text(json.dumps(content, indent=2) + "\n",
+                                                          encoding="utf-8"))

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmarket import files
 from dpmarket import rng as streams
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.market import calibration
@@ -134,7 +135,6 @@ def market_rows(c: Comparison) -> list[dict]:
 
 def write(c: Comparison, target: Path) -> list[dict]:
     """Write the comparison directory atomically: tables, figures, report.html, summary, scenario."""
-    import json
 
     from dpmarket.market import plots
     from dpmarket.report import market_report
@@ -154,7 +154,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
                    "policies": [r["policy"] for r in rows],
                    "forecast": {**c.forecast, "source": c.forecast_source}}
-        (staging / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+        (staging / "summary.json").write_text(files.dumps(summary, indent=2) + "\n", encoding="utf-8")
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
                       [staging / "psi_payment.png", staging / "epsilons.png"])
     return rows
