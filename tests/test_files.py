@@ -61,7 +61,8 @@ def test_strict_json_writes_null_for_non_finite_numbers():
 
 def test_run_summary_is_strict_json(tmp_path):
     path = tmp_path / "s.toml"
-    path.write_text(TINY + '[market]\npolicy = "posted_price"\nprice = 1.0\nforecast = {c1 = 1.0, c2 = 1.0}\n')
+    market = '[market]\npolicy = "posted_price"\nprice = 1.0\nforecast = {c1 = 1.0, c2 = 1.0}\n'
+    path.write_text(TINY + market)
     done = subprocess.run([sys.executable, "-m", "dpmarket", "run", str(path), "--out", str(tmp_path / "r")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
