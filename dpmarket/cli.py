@@ -7,12 +7,14 @@ import os
 import sys
 from pathlib import Path
 
+from dpmarket import __version__
 from dpmarket.errors import DPMarketError
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmarket", description=(
         "Simulate private, asynchronous data collaborations (DP gradient queries)."))
+    parser.add_argument("--version", action="version", version=f"dpmarket {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a scenario and write a run directory")
     run.add_argument("scenario", type=Path)

@@ -178,3 +178,10 @@ def test_a_public_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert str(path) in done.stderr and "data.table.holdout = 3" in done.stderr
     assert "Traceback" not in done.stderr and not out.exists()
+
+
+def test_version_is_the_packages():
+    from dpmarket import __version__
+
+    done = run_cli("--version")
+    assert done.returncode == 0 and done.stdout.strip() == f"dpmarket {__version__}"
