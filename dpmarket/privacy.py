@@ -78,14 +78,6 @@ def answer_caps(split: str, iterations: int, shares: np.ndarray, caps: np.ndarra
     return np.where(np.isnan(caps), m[np.ravel(inverse)].reshape(shares.shape), caps)
 
 
-def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
-    """Scale each row of ``grads`` down to L1 norm at most ``bound`` (per-example clipping), with
-    the 10⁻¹² margin of :func:`dpmarket.models.clip_margins` so rounding cannot end above it."""
-    norms = np.abs(grads).sum(axis=1)
-    factor = np.minimum(1.0, bound * (1.0 - 1e-12) / np.maximum(norms, np.finfo(float).tiny))
-    return grads * factor[:, None]
-
-
 class LaplaceNoise:
     """Independent Laplace(0, b) noise for one owner's answers, drawn in blocks for speed.
 

@@ -8,23 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_TOML
 
 from dpmarket.cli import main
 
-TINY = """
-name = "tiny"
-seed = 5
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 80
-rho = 3.0
-[output]
-metric_points = 20
-plots = {plots}
-"""
+TINY = TINY_TOML
 
 NETWORK = """
 [network]

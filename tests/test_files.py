@@ -9,23 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import TINY_TOML
 
 from dpmarket import files
 
-TINY = """
-name = "tiny"
-seed = 5
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 40
-rho = 3.0
-[output]
-metric_points = 5
-plots = false
-"""
+TINY = TINY_TOML.format(plots="false")
 
 
 def _modes(root: Path) -> set[tuple[str, int]]:

@@ -6,13 +6,13 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from helpers import ks_accepts, mean_within, tiny
+from helpers import clip_l1, ks_accepts, mean_within, tiny
 from scipy import stats
 
 from dpmarket.data import build_consortium
 from dpmarket.errors import BudgetExhaustedError
 from dpmarket.models import Objective, make_loss
-from dpmarket.privacy import Accountant, LaplaceNoise, answer_cap, clip_l1
+from dpmarket.privacy import Accountant, LaplaceNoise, answer_cap
 from dpmarket.run import build_owners, sensitivity
 
 
