@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     fc.add_argument("scenario", type=Path)
     fc.add_argument("--seed", type=int, help="override the scenario's seed")
     fc.add_argument("--recalibrate", action="store_true", help="rerun the pilots, ignore the cache")
+    fc.add_argument("--quiet", action="store_true", help="no progress on stderr")
     _add_set(fc)
     mk = sub.add_parser("market", help="compare compensation policies on common random numbers")
     mk.add_argument("scenario", type=Path)
@@ -150,7 +151,7 @@ def _timeline(args: argparse.Namespace) -> int:
 def _forecast(args: argparse.Namespace) -> int:
     from dpmarket.market import preview
 
-    print(preview.report(_load(args), args.recalibrate))
+    print(preview.report(_load(args), args.recalibrate, progress=not args.quiet))
     return 0
 
 
@@ -160,7 +161,8 @@ def _market(args: argparse.Namespace) -> int:
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
     out = args.out or Path("outputs") / f"{scenario.name}-market"
-    comparison = compare.compare(scenario, policies, args.replications)
+    comparison = compare.compare(scenario, policies, args.replications,
+                                 progress=not getattr(args, "quiet", False))
     rows = compare.write(comparison, out)
     print(compare.table(rows, out, comparison.forecast_source))
     return 0

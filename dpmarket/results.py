@@ -21,6 +21,8 @@ from dpmarket import files
 from dpmarket.errors import RunDirectoryError
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.run import RunResult, is_async
 from dpmarket.stepsize import STABILITY_LIMIT
 
@@ -253,22 +255,24 @@ def _write_csv(path: Path, header: tuple, rows) -> None:
             writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
 
 
-def run_and_write(scenario, out: Path, progress: bool = False,
+def run_and_write(scenario, out: Path, progress: bool | Progress = False,
                   painter: Painter | None = None) -> RunResult:
     """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success.
 
-    ``painter`` may be a figure helper the caller started early (it is closed here).
+    ``painter`` may be a figure helper the caller started early (it is closed here); ``progress``
+    (True: on stderr when it is a terminal) shows the phases that last.
     """
     from dpmarket.run import execute
 
-    painter = painter or Painter(enabled=scenario.output.plots)
+    painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
     with painter, run_directory(out) as staging:
         def on_data(consortium) -> None:
             if scenario.network.mode != "ideal":
                 write_topology(scenario, consortium, staging, painter)
 
         result = execute(scenario, staging / "events.csv", on_data, progress)
-        write_run(result, staging, scenario.output.plots, painter, topology=False)
+        with progress.phase("writing tables, figures and report.html"):
+            write_run(result, staging, scenario.output.plots, painter, topology=False)
     return result
 
 

@@ -21,6 +21,8 @@ from dpmarket.market import calibration
 from dpmarket.market.outcome import Outcome, learner_value
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.scenario import POLICIES, Scenario, check_policy
 
 
@@ -73,30 +75,41 @@ def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
 
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
-            cache: Path = calibration.CACHE_DIR) -> Comparison:
+            cache: Path = calibration.CACHE_DIR, progress: bool | Progress = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
-    randomness (clocks, selection, channel, noise), not the owners.
+    randomness (clocks, selection, channel, noise), not the owners. ``progress`` (True: on a
+    terminal) shows the data stage, the pilots and the training runs.
     """
-    from dpmarket.run import prepare, train  # deferred: run imports the market layer
+    from dpmarket.run import prepare  # deferred: run imports the market layer
 
     data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
-    prepared = prepare(base)
+    progress = progress_of(progress)
+    prepared = prepare(base, progress)
     consortium, objective = prepared.consortium, prepared.objective
-    forecast, source = calibration.resolve(base, consortium, objective, cache)
+    forecast, source = calibration.resolve(base, consortium, objective, cache, progress=progress)
     sellers = sellers_of(base, prepared)
     seeds = replication_seeds(base, replications)
     results = []
-    for name in policies:
-        outcome = settle(name, sellers, forecast, base.market, base.seed)
-        psi = [train(base.model_copy(update={"seed": seed}), consortium, objective,
-                     outcome.members, outcome.epsilon).training.metrics.psi[-1]
-               for seed in seeds] if outcome.participates.any() else []
-        results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
+    with progress.phase("training the policies' runs", total=len(policies) * len(seeds), unit="run") as step:
+        for name in policies:
+            outcome = settle(name, sellers, forecast, base.market, base.seed)
+            psi = [_simulate(base.model_copy(update={"seed": seed}), prepared, outcome, step)
+                   for seed in seeds] if outcome.participates.any() else []
+            results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
     return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
                       consortium.sizes)
+
+
+def _simulate(scenario: Scenario, prepared, outcome: Outcome, step) -> float:
+    """ψ at the end of one training run of the outcome's participants (``step`` counts it)."""
+    from dpmarket.run import train  # deferred: run imports the market layer
+
+    run = train(scenario, prepared.consortium, prepared.objective, outcome.members, outcome.epsilon)
+    step.update()
+    return run.training.metrics.psi[-1]
 
 
 def policy_rows(c: Comparison) -> list[dict]:
