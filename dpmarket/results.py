@@ -168,10 +168,16 @@ def _network_columns(result: RunResult, k: int, counts) -> dict:
     return {
         "clock_rate": result.scenario.owner_value(i, "clock_rate"),
         "channel": int(net.channel_of[k]) if net else "",
-        "exchanges": counts[("update", i)], "ticks": counts[("tick", i)],
+        "exchanges": counts[("update", i)], "ticks": counts[(_tick_kind(result), i)],
         "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
         "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[k]) if net else 0.0,
     }
+
+
+def _tick_kind(result: RunResult) -> str:
+    """The event counted as a clock tick: the ideal network logs no ``tick``, every tick there is
+    an exchange begun by a ``query`` (see dpmarket.timeline.tick_kind)."""
+    return "query" if result.network is None else "tick"
 
 
 def write_owners(result: RunResult, path: Path) -> None:
@@ -194,7 +200,7 @@ def summary(result: RunResult) -> dict:
         "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
         "algorithm": s.learner.algorithm, "loss": s.model.loss,
         "refusals": counts["refusal"], "queries": counts["query"], "losses": counts["loss"],
-        "idle_slots": counts["idle"], "ticks": counts["tick"], "requests": counts["request"],
+        "idle_slots": counts["idle"], "ticks": counts[_tick_kind(result)], "requests": counts["request"],
         "network_mode": s.network.mode,
         "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,

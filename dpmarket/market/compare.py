@@ -122,7 +122,7 @@ def policy_rows(c: Comparison) -> list[dict]:
             "policy": o.policy, "participants": int(o.participates.sum()),
             "total_payment": o.spend, "price": "" if o.price is None else o.price,
             "psi_forecast": o.psi_forecast, "psi_mean": mean,
-            "psi_sd": float(psi.std(ddof=1)) if len(psi) > 1 else float("nan"),
+            "psi_sd": float(psi.std(ddof=1)) if len(psi) > 1 else "",  # no spread from one run
             "psi_min": float(psi.min()) if len(psi) else float("nan"),
             "psi_max": float(psi.max()) if len(psi) else float("nan"),
             "learner_value": o.value, "learner_surplus": o.surplus,
@@ -174,14 +174,20 @@ def write(c: Comparison, target: Path) -> list[dict]:
 
 
 def table(rows: list[dict], out: Path, source: str = "") -> str:
-    """The comparison as a terminal table, with where the forecast came from (``source``)."""
+    """The comparison as a terminal table, with where the forecast came from (``source``).
+
+    Both surpluses are shown: the forecast's (value of ψ̂ − payment, what the policy optimised)
+    and the simulated one (value of the simulated mean ψ − payment); ``sd`` is blank with one
+    replication.
+    """
     lines = [f"{'policy':<20} {'owners':>6} {'payment':>10} {'psi fcst':>9} {'psi sim':>9} "
-             f"{'sd':>8} {'sim/fcst':>8} {'surplus':>9}"]
+             f"{'sd':>8} {'sim/fcst':>8} {'surplus fcst':>12} {'surplus sim':>11}"]
     for r in rows:
         ratio = r["psi_mean"] / r["psi_forecast"] if r["psi_forecast"] > 0 else float("nan")
+        sd = "" if r["psi_sd"] == "" else f"{r['psi_sd']:.3g}"
         lines.append(f"{r['policy']:<20} {r['participants']:>6} {r['total_payment']:>10.4g} "
-                     f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {r['psi_sd']:>8.3g} "
-                     f"{ratio:>8.3g} {r['learner_surplus']:>9.4g}")
+                     f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {sd:>8} "
+                     f"{ratio:>8.3g} {r['learner_surplus']:>12.4g} {r['learner_surplus_simulated']:>11.4g}")
     if source:
         lines.append(f"forecast: {source}")
     lines.append(f"written to {out}")
