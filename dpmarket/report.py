@@ -204,10 +204,11 @@ def _esc(text: str) -> str:
 
 # Run figures, in the order shown, with their captions (drawn by dpmarket.plots / topology).
 RUN_FIGURES = (
-    ("psi.png", "ψ(θ_L,k) against the iteration k (log scale), with the median own-data ψ (dashed) "
-                "and ψ of the untrained model θ = 0 (dotted)."),
+    ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
+                "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
     ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
-    ("topology.png", "The network: learner, channels and owners."),
+    ("topology.png", "The network: learner, channels and owners (dot area: records; colour: exchanges), "
+                     "with each channel's utilisation and collisions."),
 )
 
 
@@ -408,18 +409,21 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
 
 # Captions of the experiment and market figures (dpmarket.sweep_plots, dpmarket.market.plots), by file name.
 FIGURE_CAPTIONS = {
-    "psi_epsilon.png": "Mean ψ(θ_L,T) against ε on log-log axes (whiskers: 25–75 %), with the "
+    "psi_epsilon.png": "Mean ψ of the final model against ε on log-log axes (whiskers: 25–75 %), with the "
                        "least-squares slope (dashed) and the calibrated forecast (solid).",
-    "psi_records.png": "Mean ψ(θ_L,T) against the total records n on log-log axes, with the fitted "
-                       "slope (dashed) and the forecast (solid).",
-    "collaboration.png": "Value of collaboration: log10(E ψ / ψ(θ_1*)) over (N, ε); 'benefit' where "
-                         "the collaborative model beats the first owner's own-data model.",
-    "owner_benefit.png": "Each owner's own-data ψ(θ_i*) against its records; lines: the cell's "
-                         "median collaborative ψ. Owners above their line benefit.",
-    "convergence.png": "ψ(θ_L,k) against k: median over replications and the 25–75 % band.",
-    "psi_band.png": "ψ(θ_L,k) against k: median over the replications (line) and the 25–75 % band.",
-    "psi_payment.png": "Simulated ψ (mean, min–max over replications) and forecast ψ̂ (x) against "
-                       "each policy's total payment.",
+    "psi_records.png": "Mean ψ of the final model against the total records n on log-log axes, with "
+                       "the fitted slope (dashed) and the forecast (solid).",
+    "collaboration.png": "Value of collaboration: log10 of the shared model's mean ψ over the first "
+                         "owner's own-data ψ, over (N, ε); 'benefit' where the shared model is better.",
+    "owner_benefit.png": "Each owner's own-data ψ against its records (or its number, when all hold "
+                         "as many); lines: the cell's median shared-model ψ. Owners above their line "
+                         "benefit.",
+    "convergence.png": "ψ of the learner's model against k: median over replications and the 25–75 % band.",
+    "psi_band.png": "ψ of the learner's model against k: median over the replications (line) and the "
+                    "25–75 % band.",
+    "psi_payment.png": "Simulated ψ (filled: mean, bar: min–max over replications) and forecast ψ̂ "
+                       "(hollow) against each policy's total payment; one marker shape per policy, "
+                       "policies that paid the same side by side.",
     "epsilons.png": "The ε chosen by the participating owners under each policy.",
 }
 

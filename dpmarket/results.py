@@ -57,7 +57,8 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     """Write every table, the summary and the figures of ``result`` into ``directory``.
 
     Figures go to ``painter`` (a helper process) when given, else are drawn here;
-    ``topology=False`` when the caller already wrote the topology files.
+    ``topology=False`` when the caller already wrote ``topology.graphml`` (its picture, which
+    shows the run's load, is drawn here).
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
@@ -67,8 +68,9 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
-        if topology:
-            write_topology(result.scenario, result.consortium, directory, painter)
+        if topology or plots:  # the picture waits for the run: it shows the channels' load
+            write_topology(result.scenario, result.consortium, directory, painter, graphml=topology,
+                           draw=plots, load=network_load(result))
     if plots:
         painter.paint("run", figure_data(result), str(directory))
     painter.wait()
@@ -86,8 +88,11 @@ def write_channels(result: RunResult, path: Path) -> None:
                       "utilisation"), rows)
 
 
-def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None) -> None:
-    """``topology.graphml`` and ``topology.png``: learner, channels, owners of a network run.
+def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None,
+                   graphml: bool = True, draw: bool | None = None, load: dict | None = None) -> None:
+    """``topology.graphml`` (if ``graphml``) and ``topology.png`` (if ``draw``, default
+    ``output.plots``): learner, channels, owners of a network run, the picture with the run's
+    ``load`` (:func:`network_load`) when given.
 
     Only plain data cross to the painter, which builds the graph (networkx is imported there).
     """
@@ -97,8 +102,21 @@ def write_topology(scenario, consortium, directory: Path, painter: Painter | Non
             "rates": [scenario.owner_value(i, "clock_rate") for i in range(N)],
             "epsilons": [scenario.owner_value(i, "epsilon") for i in range(N)],
             "sizes": [int(n) for n in consortium.sizes], "channels": scenario.network.channels,
-            "draw": scenario.output.plots}
+            "graphml": graphml, "draw": scenario.output.plots if draw is None else draw, "load": load}
     (painter or Painter(enabled=False)).paint("topology", data, str(directory))
+
+
+def network_load(result: RunResult) -> dict:
+    """What went through the network, for the topology picture: exchanges and collisions per
+    owner (scenario index; 0 for owners that declined a market), and per channel its
+    utilisation, collided and total transmissions."""
+    counts, N = result.training.log.counts_by_owner, len(result.consortium.names)
+    channels, horizon = result.network.channels, result.training.time
+    return {"exchanges": [counts[("update", i)] for i in range(N)],
+            "collisions": [counts[("collision", i)] for i in range(N)],
+            "utilisation": [ch.utilisation(horizon) for ch in channels],
+            "collided": [ch.collided for ch in channels],
+            "transmissions": [ch.transmissions for ch in channels]}
 
 
 def figure_data(result: RunResult) -> dict:
@@ -273,8 +291,8 @@ def run_and_write(scenario, out: Path, progress: bool | Progress = False,
     painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
     with painter, run_directory(out) as staging:
         def on_data(consortium) -> None:
-            if scenario.network.mode != "ideal":
-                write_topology(scenario, consortium, staging, painter)
+            if scenario.network.mode != "ideal":  # the graph now; its picture after the run
+                write_topology(scenario, consortium, staging, painter, draw=False)
 
         result = execute(scenario, staging / "events.csv", on_data, progress)
         with progress.phase("writing tables, figures and report.html"):
