@@ -135,3 +135,17 @@ def test_the_quickstart_header_suggests_only_commands_that_do_what_they_say():
     assert np.allclose(eps[:2], 50.0) and np.allclose(eps[2:], 100.0)
     with pytest.raises(ScenarioError, match="privacy.epsilon"):  # and what the header says is refused is
         load(NY, ["privacy.epsilon=100"])
+
+
+def test_a_market_runs_topology_carries_the_budgets_sold(tmp_path):
+    import networkx as nx
+
+    from dpmarket.results import run_and_write
+
+    s = tiny(market={**MARKET, "price": 2.0}, owners=[{}, {}, {"cost_coef": 1.0}],
+             network={"mode": "request"})
+    result = run_and_write(s, tmp_path / "run")
+    graph = nx.read_graphml(tmp_path / "run" / "topology.graphml")
+    drawn = {name: d["epsilon"] for name, d in graph.nodes(data=True) if d["kind"] == "owner"}
+    sold = dict(zip(result.consortium.names, result.market.outcome.epsilon.tolist(), strict=True))
+    assert drawn == pytest.approx(sold) and sorted(set(sold.values())) == [2.0, 4.0]
