@@ -748,5 +748,6 @@ def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> No
     resolved = Path(value).expanduser()
     resolved = resolved if resolved.is_absolute() else (base / resolved).resolve()
     if source is not None and not resolved.is_file():
-        raise ScenarioError(source, "data.path", value, "no such file")
+        raise ScenarioError(source, "data.path", value,
+                            "no such file; point to the records with --set data.path=FILE")
     data["path"] = str(resolved)
