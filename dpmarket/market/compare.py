@@ -73,13 +73,15 @@ def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
 
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
-            cache: Path = calibration.CACHE_DIR) -> Comparison:
+            cache: Path = calibration.CACHE_DIR, workers: int = 1, progress: bool = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
-    randomness (clocks, selection, channel, noise), not the owners.
+    randomness (clocks, selection, channel, noise), not the owners. The training runs go to
+    ``workers`` processes (the numbers do not depend on how many), with a progress bar if asked.
     """
-    from dpmarket.run import prepare, train  # deferred: run imports the market layer
+    from dpmarket.market.simulate import final_psi
+    from dpmarket.run import prepare  # deferred: run imports the market layer
 
     data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
@@ -88,13 +90,12 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     forecast, source = calibration.resolve(base, consortium, objective, cache)
     sellers = sellers_of(base, prepared)
     seeds = replication_seeds(base, replications)
-    results = []
-    for name in policies:
-        outcome = settle(name, sellers, forecast, base.market, base.seed)
-        psi = [train(base.model_copy(update={"seed": seed}), consortium, objective,
-                     outcome.members, outcome.epsilon).training.metrics.psi[-1]
-               for seed in seeds] if outcome.participates.any() else []
-        results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
+    outcomes = [settle(name, sellers, forecast, base.market, base.seed) for name in policies]
+    trained = [o for o in outcomes if o.participates.any()]  # nobody takes part: nothing to train
+    jobs = [(o.members, o.epsilon, seed) for o in trained for seed in seeds]
+    psi = iter(final_psi(base, consortium, objective, jobs, workers, progress))
+    results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
+                                        dtype=float)) for o in outcomes]
     return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
                       consortium.sizes)
 
