@@ -718,22 +718,36 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", _MISSING, f"malformed TOML: {exc}") from None
     _resolve_data_path(table, path.parent)  # a path written in the file: relative to the file
+    return _overridden(table, overrides, source, path.parent)
+
+
+def override(scenario: Scenario, overrides: list[str] | tuple[str, ...]) -> Scenario:
+    """``scenario`` with ``--set``-style overrides, checked exactly like a file's (files they name
+    are relative to the working directory); the scenario itself when there are none."""
+    if not overrides:
+        return scenario
+    return _overridden(scenario.resolved_table(), overrides, scenario.source, Path.cwd())
+
+
+def _overridden(table: dict, overrides, source: str, base: Path) -> Scenario:
+    """Apply overrides to a raw table, make its files absolute (a trace against ``base``), validate."""
     for text_override in overrides:
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
-    _resolve_trace(table, path, label)
+    _resolve_trace(table, base, label)
     _resolve_data_path(table, Path.cwd(), label)  # one given with --set: relative to where it runs
     return validate(table, label)
 
 
-def _resolve_trace(table: dict, path: Path, source: str) -> None:
-    """Make ``network.availability`` absolute (relative to the scenario file) and check it exists."""
+def _resolve_trace(table: dict, base: Path, source: str) -> None:
+    """Make ``network.availability`` absolute (relative to ``base``, the scenario file's directory)
+    and check it exists."""
     net = table.get("network")
     trace = net.get("availability") if isinstance(net, dict) else None
     if not isinstance(trace, str):
         return
-    resolved = Path(trace) if Path(trace).is_absolute() else (path.parent / trace).resolve()
+    resolved = Path(trace) if Path(trace).is_absolute() else (base / trace).resolve()
     if not resolved.is_file():
         raise ScenarioError(source, "network.availability", trace, "no such file")
     net["availability"] = str(resolved)
