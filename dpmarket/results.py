@@ -69,8 +69,8 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
         if topology or plots:  # the picture waits for the run: it shows the channels' load
-            write_topology(result.scenario, result.consortium, directory, painter, graphml=topology,
-                           draw=plots, load=network_load(result))
+            write_topology(result.scenario, result.consortium, directory, painter, budgets(result),
+                           graphml=topology, draw=plots, load=network_load(result))
     if plots:
         painter.paint("run", figure_data(result), str(directory))
     painter.wait()
@@ -88,19 +88,31 @@ def write_channels(result: RunResult, path: Path) -> None:
                       "utilisation"), rows)
 
 
+def budgets(result: RunResult) -> list[float]:
+    """Each owner's budget ε_i in the run: the scenario's, or what it sold in a market (0 if it
+    declined)."""
+    if result.market is None:
+        return [o.epsilon for o in result.owners]
+    return [float(e) for e in result.market.outcome.epsilon]
+
+
 def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None,
-                   graphml: bool = True, draw: bool | None = None, load: dict | None = None) -> None:
+                   epsilons: list[float] | None = None, graphml: bool = True, draw: bool | None = None,
+                   load: dict | None = None) -> None:
     """``topology.graphml`` (if ``graphml``) and ``topology.png`` (if ``draw``, default
     ``output.plots``): learner, channels, owners of a network run, the picture with the run's
     ``load`` (:func:`network_load`) when given.
 
+    ``epsilons`` are the budgets (default: the scenario's; a market run passes what it sold).
     Only plain data cross to the painter, which builds the graph (networkx is imported there).
     """
     N = len(consortium.names)
+    if epsilons is None:
+        epsilons = [scenario.owner_value(i, "epsilon") for i in range(N)]
     data = {"names": list(consortium.names),
             "channel_of": [scenario.owner_value(i, "channel") for i in range(N)],
             "rates": [scenario.owner_value(i, "clock_rate") for i in range(N)],
-            "epsilons": [scenario.owner_value(i, "epsilon") for i in range(N)],
+            "epsilons": list(epsilons),
             "sizes": [int(n) for n in consortium.sizes], "channels": scenario.network.channels,
             "graphml": graphml, "draw": scenario.output.plots if draw is None else draw, "load": load}
     (painter or Painter(enabled=False)).paint("topology", data, str(directory))
@@ -290,13 +302,16 @@ def run_and_write(scenario, out: Path, progress: bool | Progress = False,
 
     painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
     with painter, run_directory(out) as staging:
+        # Drawn while the simulation runs, except in a market run: its budgets are known after the market.
+        early = scenario.market is None
+
         def on_data(consortium) -> None:
-            if scenario.network.mode != "ideal":  # the graph now; its picture after the run
+            if scenario.network.mode != "ideal" and early:  # the graph now; its picture after the run
                 write_topology(scenario, consortium, staging, painter, draw=False)
 
         result = execute(scenario, staging / "events.csv", on_data, progress)
         with progress.phase("writing tables, figures and report.html"):
-            write_run(result, staging, scenario.output.plots, painter, topology=False)
+            write_run(result, staging, scenario.output.plots, painter, topology=not early)
     return result
 
 

@@ -1,7 +1,8 @@
 """A whole run, stage by stage: scenario → data → (market) → simulation → results.
 
 Each stage is a function that can be used alone from Python; :func:`execute` chains them and
-:mod:`dpmarket.results` writes what they produced.
+:mod:`dpmarket.results` writes what they produced. Called, the module is the notebook API's
+``dpmarket.run(scenario, seed, overrides, out)`` (:func:`dpmarket.api.run`; see dpmarket/entry.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpmarket import api, entry
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
 from dpmarket.errors import MarketError, ScenarioError
@@ -317,3 +319,6 @@ def step_curvature(learner: AsyncLearner, objective: Objective,
 def is_async(result: RunResult) -> bool:
     """Whether the run used the asynchronous learner (one owner per update)."""
     return isinstance(result.training.learner, AsyncLearner)
+
+
+entry.make_callable(__name__, api.run)  # dpmarket.run(...) is the notebook API's run

@@ -98,7 +98,7 @@ def resolve_cells(base: Scenario, axes: list[Axis], source: str) -> list[Cell]:
     validated exactly like a file, so combinations are checked too (a ``data.records`` list
     against a swept ``data.owners``).
     """
-    table = base.model_dump(mode="json", exclude_none=True)
+    table = base.resolved_table()
     cells = []
     combos = itertools.product(*(range(len(a.values)) for a in axes))
     for index, picks in enumerate(combos):

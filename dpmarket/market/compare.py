@@ -75,13 +75,16 @@ def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
 
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
-            cache: Path = calibration.CACHE_DIR, progress: bool | Progress = False) -> Comparison:
+            cache: Path = calibration.CACHE_DIR, workers: int = 1,
+            progress: bool | Progress = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
-    randomness (clocks, selection, channel, noise), not the owners. ``progress`` (True: on a
+    randomness (clocks, selection, channel, noise), not the owners. The training runs go to
+    ``workers`` processes (the numbers do not depend on how many). ``progress`` (True: on a
     terminal) shows the data stage, the pilots and the training runs.
     """
+    from dpmarket.market.simulate import final_psi
     from dpmarket.run import prepare  # deferred: run imports the market layer
 
     data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
@@ -92,24 +95,14 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     forecast, source = calibration.resolve(base, consortium, objective, cache, progress=progress)
     sellers = sellers_of(base, prepared)
     seeds = replication_seeds(base, replications)
-    results = []
-    with progress.phase("training the policies' runs", total=len(policies) * len(seeds), unit="run") as step:
-        for name in policies:
-            outcome = settle(name, sellers, forecast, base.market, base.seed)
-            psi = [_simulate(base.model_copy(update={"seed": seed}), prepared, outcome, step)
-                   for seed in seeds] if outcome.participates.any() else []
-            results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
+    outcomes = [settle(name, sellers, forecast, base.market, base.seed) for name in policies]
+    trained = [o for o in outcomes if o.participates.any()]  # nobody takes part: nothing to train
+    jobs = [(o.members, o.epsilon, seed) for o in trained for seed in seeds]
+    psi = iter(final_psi(base, consortium, objective, jobs, workers, progress))
+    results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
+                                        dtype=float)) for o in outcomes]
     return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
                       consortium.sizes)
-
-
-def _simulate(scenario: Scenario, prepared, outcome: Outcome, step) -> float:
-    """ψ at the end of one training run of the outcome's participants (``step`` counts it)."""
-    from dpmarket.run import train  # deferred: run imports the market layer
-
-    run = train(scenario, prepared.consortium, prepared.objective, outcome.members, outcome.epsilon)
-    step.update()
-    return run.training.metrics.psi[-1]
 
 
 def policy_rows(c: Comparison) -> list[dict]:
