@@ -108,7 +108,7 @@ def figure_data(result: RunResult) -> dict:
         "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
         "psi_zero": float(result.psi_zero),
-        "sequence": [result.owners[k].index for k in result.training.sequence] if is_async(result) else [],
+        **(result.training.sequence.figure() if is_async(result) else {"sequence": [], "density": None}),
         "owners": len(result.consortium.names),
     }
 

@@ -26,6 +26,7 @@ from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
 from dpmarket.roster import Roster
 from dpmarket.scenario import OwnerSpec, Scenario
+from dpmarket.sequence import OwnerSequence
 from dpmarket.stepsize import StepSize, floor_law, resolve_step
 from dpmarket.training import Training, make_learner, record_points, run_uniform
 
@@ -218,8 +219,9 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     view = member_view(scenario, ids, consortium.names)
     renumber = ids if view is not scenario else None
     with EventLog(events_path, renumber) as log, _bar(lr.iterations, progress) as bar:
+        sequence = OwnerSequence(ids, len(consortium.names), lr.iterations)
         training = Training(learner, owners, objective, log,
-                            record_points(lr.iterations, scenario.output.metric_points), bar)
+                            record_points(lr.iterations, scenario.output.metric_points), bar, sequence)
         network = simulate(view, training, [o.name for o in owners])
     curvature = step_curvature(learner, objective, owners) if isinstance(learner, AsyncLearner) else None
     return Trained(owners, training, network, curvature, step)

@@ -16,6 +16,7 @@ from dpmarket.events import Event, EventLog
 from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
+from dpmarket.sequence import OwnerSequence
 
 
 @dataclass
@@ -43,16 +44,21 @@ class Training:
     """State of one run: learner, owners, objective (for ψ), event log and metrics."""
 
     def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
-                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None) -> None:
+                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None,
+                 sequence: OwnerSequence | None = None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
         self._record = log.record  # called several times per exchange
         self.progress = progress  # anything with update(n), e.g. a tqdm bar
-        flags = np.zeros(int(record_at.max()) + 1, dtype=bool)
-        flags[record_at] = True
-        self.record_at = flags.tolist()  # read after every update: a list is cheaper to index
+        # the iterations to measure, in increasing order: O(recorded points), whatever T
+        self._record_at = iter(np.unique(record_at).tolist())
+        self._due = next(self._record_at)
         self.metrics = Metrics()
         self.stop_reason = ""
-        self.sequence: list[int] = []  # i_k, the owner of the k-th update (papers' Figs 4 and 9)
+        # i_k, the owner of the k-th update (papers' Figs 4 and 9); kept exactly up to a million
+        # planned updates, counted per block of k beyond (memory bounded whatever T)
+        self.sequence = sequence if sequence is not None else OwnerSequence(
+            [o.index for o in owners], max((o.index for o in owners), default=-1) + 1, int(np.max(record_at)))
+        self._append_owner = self.sequence.append
         self.time = 0.0
         self._measure()
 
@@ -94,7 +100,7 @@ class Training:
         self.time = time
         learner = self.learner
         learner.update(owner, theta_bar, answer)
-        self.sequence.append(owner)
+        self._append_owner(owner)
         self._record(time, "update", owner, learner.k, None, channel, None)
         self._measure()
         if self.progress is not None:
@@ -123,9 +129,12 @@ class Training:
         return True
 
     def _measure(self) -> None:
+        """ψ of the published model if this iteration is one to record (k grows by one per update,
+        so it meets every recorded point in turn)."""
         k = self.learner.k
-        if k < len(self.record_at) and self.record_at[k]:
+        if k == self._due:
             self.metrics.add(k, self.time, self.objective.psi(self.learner.model))
+            self._due = next(self._record_at, -1)
 
     def finish(self) -> None:
         """Make sure the last iteration is measured, whatever stopped the run."""

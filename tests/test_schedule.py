@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import json
 import time
+import tracemalloc
 from collections import Counter
 
 import numpy as np
+import pytest
 from scipy import stats
 
+from dpmarket import sequence
 from dpmarket.cli import main
+from dpmarket.plots import RunFigures, _cell_counts
 from dpmarket.rng import stream
+from dpmarket.run import execute
+from dpmarket.training import record_points
 from tests.helpers import chi2_accepts, ks_accepts, tiny
 from tests.test_engine import build, run
 
@@ -161,3 +167,62 @@ def test_an_owner_that_left_stops_going_offline_and_back(tmp_path):
     assert not any(r.owner == 0 and r.time > left for r in rows)
     assert any(r.kind == "dropout" and r.owner == 1 and r.time > left for r in rows)
     assert result.network.downtime[0] <= left
+
+
+# -- a huge T ----------------------------------------------------------------------------------
+
+def test_the_recorded_points_do_not_grow_with_t():
+    assert len(record_points(10**12, 200)) == 201
+
+
+@pytest.mark.parametrize("network, privacy", [
+    ({"mode": "request", "horizon": 300.0}, {"split": "horizon"}),
+    ({"mode": "request", "horizon": 300.0}, {"split": "capped"}),
+    ({}, {"split": "capped", "cap": 300}),  # the ideal network, until the budgets are spent
+])
+def test_a_huge_t_costs_memory_in_proportion_to_the_recorded_points(network, privacy):
+    """T = 2·10⁷ (a 10⁹ works alike, but a regression would then allocate gigabytes): nothing is
+    allocated per planned iteration (before: a T-entry list of flags, a T-term binomial pmf for
+    the capped split, and i_k of every update). Some hundred updates stay far under 50 MB."""
+    s = tiny(learner={"iterations": 2 * 10**7, "rho": 1.0}, privacy=privacy, network=network,
+             output={"metric_points": 200, "plots": False})
+    tracemalloc.start()
+    try:
+        result = execute(s)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 100 < result.training.k < 10**4 and result.stop_reason in ("horizon", "budgets exhausted")
+    assert peak < 50e6, peak
+    assert not result.training.sequence.exact and len(result.training.sequence) == result.training.k
+    assert result.training.metrics.k[0] == 0 and result.training.metrics.k[-1] == result.training.k
+
+
+def test_counted_updates_match_the_exact_sequence(monkeypatch):
+    """Beyond EXACT planned updates i_k is counted per (row, block of k): the counts are those of the
+    exact sequence, row by row and block by block, and the figure's cells keep every update."""
+    rng = np.random.default_rng(4)
+    ids, owners, T = [0, 2, 5, 7, 9], 10, 5_000
+    slots = rng.integers(0, len(ids), 3_001).tolist()
+    monkeypatch.setattr(sequence, "CHUNK", 97)
+    exact = sequence.OwnerSequence(ids, owners, T)
+    monkeypatch.setattr(sequence, "EXACT", 1_000)
+    counted = sequence.OwnerSequence(ids, owners, T)
+    for s in slots:
+        exact.append(s)
+        counted.append(s)
+    assert exact.exact and not counted.exact and len(counted) == len(exact) == 3_001
+    density = counted.figure()["density"]
+    block = density["block"]
+    want = np.zeros((owners, -(-3_001 // block)), int)
+    for k, s in enumerate(slots):
+        want[ids[s], k // block] += 1
+    assert np.array_equal(np.array(density["counts"]), want)  # 10 owners: one row each
+    dots = RunFigures("t", [0], [1.0], 1.0, 1.0, exact.figure()["sequence"], owners)
+    cells, last = _cell_counts(RunFigures("t", [0], [1.0], 1.0, 1.0, [], owners, density))
+    reference, _ = _cell_counts(dots)
+    assert 3_001 <= last < 3_001 + last / cells.shape[1]  # the last cell ends within its width
+    assert cells.sum() == reference.sum() == 3_001
+    assert np.array_equal(cells.sum(axis=1), reference.sum(axis=1))
+    with pytest.raises(ValueError, match="counted"):
+        np.asarray(counted)
