@@ -17,6 +17,11 @@ that is then lost (or never sent) is still spent.
 
 With one channel exchanges never overlap, so the learner applies Algorithm 1 exactly; with
 several, an update uses the query point computed when its exchange began.
+
+An owner leaves for good when its budget is spent (at its next tick: one refusal row), when its
+trace ends, or when it goes offline until the horizon or later; its availability then stops. The
+run ends at T updates, at the horizon, or once every owner has left and the exchanges on the air
+are resolved. While no owner that has not left is online, clocks and broadcasters sleep.
 """
 
 from __future__ import annotations
