@@ -44,11 +44,6 @@ class Roster:
         mask[list(self.members)] = True
         return mask
 
-    @property
-    def complete(self) -> bool:
-        """Whether every owner took part (no market, or a market nobody declined)."""
-        return len(self.members) == self.owners
-
     def spread(self, values: Sequence[Any], fill: Any) -> list[Any]:
         """Per-slot ``values`` as a list over every scenario owner, ``fill`` for those that declined."""
         if len(values) != len(self.members):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dpmarket.cli import main
+from dpmarket.roster import Roster
 from dpmarket.scenario import POLICIES
 from tests.helpers import tiny
 
@@ -115,3 +116,15 @@ def test_a_network_run_with_decliners_writes_uniform_owner_rows(tmp_path):
     assert rows[0]["participates"] == "False" and rows[0]["ticks"] == rows[0]["downtime"] == ""
     assert all(r["ticks"] != "" for r in rows if r["participates"] == "True")
     cli("timeline", tmp_path / "net")
+
+
+def test_the_roster_maps_scenario_owners_to_participant_slots():
+    roster = Roster(5, (1, 3, 4))
+    assert [roster.slot(i) for i in range(5)] == [None, 0, None, 1, 2]
+    assert roster.participates.tolist() == [False, True, False, True, True]
+    assert roster.spread([2.0, 3.0, 4.0], 0.0) == [0.0, 2.0, 0.0, 3.0, 4.0]
+    with pytest.raises(ValueError, match="2 values for 3 participants"):
+        roster.spread([1.0, 2.0], 0.0)
+    for members in [(3, 1), (1, 1), (5,), (-1,)]:
+        with pytest.raises(ValueError, match="not increasing indices"):
+            Roster(5, members)
