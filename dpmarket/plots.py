@@ -30,8 +30,9 @@ class RunFigures:
     psi: list[float]
     own_psi_median: float
     psi_zero: float  # ψ of the untrained model θ = 0, the yardstick a trained model must beat
-    sequence: list[int]  # i_k per update; empty for synchronous learners
+    sequence: list[int]  # i_k per update; empty for synchronous learners or beyond sequence.EXACT
     owners: int
+    density: dict | None = None  # beyond sequence.EXACT: updates counted per owner row and block of k
 
 
 MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a density
@@ -41,7 +42,7 @@ def draw_run(data: RunFigures, directory: str | Path) -> None:
     """Write ``psi.png`` (and ``timeline.png`` for asynchronous runs) into ``directory``."""
     directory = Path(directory)
     psi_against_k(data, directory / "psi.png")
-    if data.sequence:
+    if data.sequence or data.density:
         owner_sequence(data, directory / "timeline.png")
 
 
@@ -73,20 +74,17 @@ def psi_against_k(data: RunFigures, path: Path) -> None:
 
 
 def owner_sequence(data: RunFigures, path: Path) -> None:
-    """Which owner i_k was served at each update k (one dot per update)."""
+    """Which owner i_k was served at each update k (one dot per update, or a density)."""
     fig = Figure(figsize=(6.4, 3.6))
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.14, top=0.9)
     ax = fig.subplots()
-    if len(data.sequence) <= MAX_DOTS:
+    if data.density is None and len(data.sequence) <= MAX_DOTS:
         ax.scatter(range(1, len(data.sequence) + 1), [i + 1 for i in data.sequence], s=4,
                    color="black", lw=0)
     else:  # that many dots merge into a black rectangle: count them per cell instead
-        owners, k = np.asarray(data.sequence) + 1, np.arange(1, len(data.sequence) + 1)
-        rows = min(data.owners, 100)
-        counts, _, _ = np.histogram2d(owners, k, bins=[np.linspace(0.5, data.owners + 0.5, rows + 1),
-                                                       np.linspace(1, len(k), 201)])
+        counts, last = _cell_counts(data)
         image = ax.imshow(counts, aspect="auto", origin="lower", interpolation="nearest",
-                          cmap="Greys", extent=(1, len(k), 0.5, data.owners + 0.5), rasterized=True)
+                          cmap="Greys", extent=(1, last, 0.5, data.owners + 0.5), rasterized=True)
         fig.colorbar(image, ax=ax, label="updates per cell", pad=0.01)
     ax.set_xlabel("iteration k")
     ax.set_ylabel("owner served (1…N)")
@@ -94,3 +92,25 @@ def owner_sequence(data: RunFigures, path: Path) -> None:
     integer_ticks(ax.yaxis)
     ax.set_title(f"{data.title}: owner of each update", fontsize=10)
     _save(fig, path)
+
+
+def _cell_counts(data: RunFigures) -> tuple[np.ndarray, int]:
+    """Updates per (owner row, one of at most 200 bins of k), and the k the last bin ends at.
+
+    From the exact sequence, a 2-D histogram; from counted blocks of k (runs beyond
+    ``sequence.EXACT`` updates), cells of whole blocks, as many blocks each (so that cells have
+    equal widths and no cell gets a block more than its neighbour), at most 200 of them."""
+    bins = 200
+    if data.density is None:
+        owners, k = np.asarray(data.sequence) + 1, np.arange(1, len(data.sequence) + 1)
+        rows = min(data.owners, 100)
+        counts, _, _ = np.histogram2d(owners, k, bins=[np.linspace(0.5, data.owners + 0.5, rows + 1),
+                                                       np.linspace(1, len(k), bins + 1)])
+        return counts, len(k)
+    blocks = np.asarray(data.density["counts"])
+    per_cell = -(-blocks.shape[1] // bins)
+    cells = -(-blocks.shape[1] // per_cell)
+    padded = np.zeros((blocks.shape[0], cells * per_cell))
+    padded[:, :blocks.shape[1]] = blocks
+    counts = padded.reshape(blocks.shape[0], cells, per_cell).sum(axis=2)
+    return counts, cells * per_cell * data.density["block"]

@@ -140,7 +140,7 @@ def figure_data(result: RunResult) -> dict:
         "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
         "psi_zero": float(result.psi_zero),
-        "sequence": [result.owners[k].index for k in result.training.sequence] if is_async(result) else [],
+        **(result.training.sequence.figure() if is_async(result) else {"sequence": [], "density": None}),
         "owners": len(result.consortium.names),
     }
 
@@ -152,19 +152,26 @@ def write_metrics(result: RunResult, path: Path) -> None:
 
 
 def owner_rows(result: RunResult) -> list[dict]:
-    """One dict per owner with the columns of ``owners.csv`` (market runs: every owner, with
-    its market columns; owners that declined have no training figures)."""
+    """One dict per scenario owner with the columns of ``owners.csv``, every row with the same keys
+    (market runs: every owner, with its market columns; an owner that declined has ε = 0, no
+    answers, ``participates = false`` and no training or network figures)."""
     counts = result.training.log.counts_by_owner
-    slot = {o.index: k for k, o in enumerate(result.owners)}
+    roster, network = result.roster, None
     rows = []
     for i, own in enumerate(result.own_psi):
-        k = slot.get(i)
+        k = roster.slot(i)
         row = _training_columns(result, k, counts) if k is not None else _absent(result, i)
         row.update({"own_psi": float(own), "benefits": bool(k is not None and result.psi_final < own)})
-        row.update(_network_columns(result, k, counts) if k is not None else {})
+        if k is not None:
+            network = _network_columns(result, k, counts)
+            row.update(network)
+        rows.append(row)
+    blank = dict.fromkeys(network or {}, "")  # a decliner took no part in the network either
+    for i, row in enumerate(rows):
+        if roster.slot(i) is None:
+            row.update(blank)
         if result.market is not None:
             row.update(_market_columns(result.market.outcome, i))
-        rows.append(row)
     return rows
 
 
@@ -238,7 +245,7 @@ def summary(result: RunResult) -> dict:
         "theta_star": [float(v) for v in result.objective.theta_star],
         "theta_final": [float(v) for v in t.learner.model],
         "own_psi_median": float(np.median(own)),
-        "owners_benefiting": int(np.sum(result.psi_final < own)),
+        "owners_benefiting": int(np.sum((result.psi_final < own) & result.roster.participates)),
         "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
         "step_curvature_max": result.step_curvature,
         **_learner_summary(result),

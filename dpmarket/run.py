@@ -27,7 +27,9 @@ from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
 from dpmarket.progress import SILENT, Progress
 from dpmarket.progress import of as progress_of
+from dpmarket.roster import Roster
 from dpmarket.scenario import OwnerSpec, Scenario
+from dpmarket.sequence import OwnerSequence
 from dpmarket.stepsize import StepSize, floor_law, resolve_step
 from dpmarket.training import Training, make_learner, record_points, run_uniform
 
@@ -52,6 +54,11 @@ class RunResult:
     network: NetworkRun | None = None  # the SimPy engine's report, None in the ideal network
     market: MarketStage | None = None  # the market's outcome, None without a [market] section
     step: StepSize | None = None  # ρ, where it came from, its public stability number
+
+    @cached_property
+    def roster(self) -> Roster:
+        """The scenario's owners and the slots of those that trained (all of them without a market)."""
+        return Roster(len(self.consortium.names), tuple(o.index for o in self.owners))
 
     @property
     def psi_final(self) -> float:
@@ -225,8 +232,9 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     renumber = ids if view is not scenario else None
     bar = progress_of(progress).phase("training", total=lr.iterations, unit="update")
     with EventLog(events_path, renumber) as log, bar as bar:
+        sequence = OwnerSequence(ids, len(consortium.names), lr.iterations)
         training = Training(learner, owners, objective, log,
-                            record_points(lr.iterations, scenario.output.metric_points), bar)
+                            record_points(lr.iterations, scenario.output.metric_points), bar, sequence)
         network = simulate(view, training, [o.name for o in owners])
     curvature = step_curvature(learner, objective, owners) if isinstance(learner, AsyncLearner) else None
     return Trained(owners, training, network, curvature, step)
@@ -253,7 +261,7 @@ def member_view(scenario: Scenario, members: list[int], names: list[str]) -> Sce
 
 def execute(scenario: Scenario, events_path: Path | None = None,
             on_data: Callable[[Consortium], None] | None = None, progress: bool | Progress = False,
-            prepared: Prepared | None = None) -> RunResult:
+            prepared: Prepared | None = None, market: MarketStage | None = None) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
@@ -261,18 +269,21 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     ETA on stderr when stderr is a terminal. With a [market] section the market runs first
     and only the owners that take part train, at the ε they sold. ``prepared`` (from
     :func:`prepare` on a scenario with the same data and model) skips the data stage:
-    experiments reuse it across replications.
+    experiments reuse it across replications. ``market`` (settled on the same owners by
+    :func:`~dpmarket.market.stage.settle_market`) skips the market: the replications of an
+    experiment train on one negotiated deal.
     """
     start, progress = time.perf_counter(), progress_of(progress)
     prepared = prepare(scenario, progress) if prepared is None else prepared
     consortium, objective = prepared.consortium, prepared.objective
     if on_data is not None:
         on_data(consortium)
-    market = members = epsilons = None
+    members = epsilons = None
     if scenario.market is not None:
-        from dpmarket.market.stage import settle_market  # deferred: only market runs need it
+        if market is None:
+            from dpmarket.market.stage import settle_market  # deferred: only market runs need it
 
-        market = settle_market(scenario, prepared, progress=progress)
+            market = settle_market(scenario, prepared, progress=progress)
         members, epsilons = market.outcome.members, market.outcome.epsilon
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason

@@ -16,6 +16,7 @@ from dpmarket.events import Event, EventLog
 from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
+from dpmarket.sequence import OwnerSequence
 
 
 @dataclass
@@ -43,16 +44,21 @@ class Training:
     """State of one run: learner, owners, objective (for ψ), event log and metrics."""
 
     def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
-                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None) -> None:
+                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None,
+                 sequence: OwnerSequence | None = None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
         self._record = log.record  # called several times per exchange
         self.progress = progress  # anything with update(n), e.g. a tqdm bar
-        flags = np.zeros(int(record_at.max()) + 1, dtype=bool)
-        flags[record_at] = True
-        self.record_at = flags.tolist()  # read after every update: a list is cheaper to index
+        # the iterations to measure, in increasing order: O(recorded points), whatever T
+        self._record_at = iter(np.unique(record_at).tolist())
+        self._due = next(self._record_at)
         self.metrics = Metrics()
         self.stop_reason = ""
-        self.sequence: list[int] = []  # i_k, the owner of the k-th update (papers' Figs 4 and 9)
+        # i_k, the owner of the k-th update (papers' Figs 4 and 9); kept exactly up to a million
+        # planned updates, counted per block of k beyond (memory bounded whatever T)
+        self.sequence = sequence if sequence is not None else OwnerSequence(
+            [o.index for o in owners], max((o.index for o in owners), default=-1) + 1, int(np.max(record_at)))
+        self._append_owner = self.sequence.append
         self.time = 0.0
         self._measure()
 
@@ -94,11 +100,16 @@ class Training:
         self.time = time
         learner = self.learner
         learner.update(owner, theta_bar, answer)
-        self.sequence.append(owner)
+        self._append_owner(owner)
         self._record(time, "update", owner, learner.k, None, channel, None)
         self._measure()
         if self.progress is not None:
             self.progress.update(1)
+
+    def leave(self, owner: int, time: float, channel: int | None = None) -> None:
+        """Owner i, its budget spent, refuses at its tick and stops taking part (logged once)."""
+        self._record(time, "refusal", owner, None, self.owners[owner].epsilon_spent, channel,
+                     "budget spent: stops taking part")
 
     def sync_round(self, time: float) -> bool:
         """One synchronous round (every owner answers); False if any owner refused."""
@@ -118,9 +129,12 @@ class Training:
         return True
 
     def _measure(self) -> None:
+        """ψ of the published model if this iteration is one to record (k grows by one per update,
+        so it meets every recorded point in turn)."""
         k = self.learner.k
-        if k < len(self.record_at) and self.record_at[k]:
+        if k == self._due:
             self.metrics.add(k, self.time, self.objective.psi(self.learner.model))
+            self._due = next(self._record_at, -1)
 
     def finish(self) -> None:
         """Make sure the last iteration is measured, whatever stopped the run."""
@@ -143,28 +157,74 @@ def run_uniform(training: Training, iterations: int, selection: np.random.Genera
 
     Exchanges happen at the ticks of N superposed Poisson clocks of rates λ_i (all 1 by
     default), so inter-exchange times are Exp(Σλ) and the ticking owner is i with probability
-    λ_i/Σλ (uniform for equal rates, as in the papers). Refusals cost a tick but no update.
-    Returns why the run stopped: ``"iterations"`` or ``"budgets exhausted"``.
+    λ_i/Σλ (uniform for equal rates, as in the papers). An owner whose budget is spent leaves at
+    its next tick, as in the SimPy engine: one refusal row, then its clock is out of the
+    superposition (the others' ticks keep their law, by the superposition property). Returns why
+    the run stopped: ``"iterations"`` or ``"budgets exhausted"``.
     """
-    N = len(training.owners)
-    synchronous = not isinstance(training.learner, AsyncLearner)
-    total = float(N) if rates is None else float(np.sum(rates))
-    cumulative = None if rates is None else np.cumsum(rates) / total
+    if not isinstance(training.learner, AsyncLearner):
+        return _run_rounds(training, iterations, clocks, float(len(training.owners)) if rates is None
+                           else float(np.sum(rates)))
+    clock = Superposition(len(training.owners), rates)
+    owners, time = training.owners, 0.0
+    while training.k < iterations:
+        if training.all_exhausted:
+            training.finish()
+            return "budgets exhausted"
+        time += clocks.exponential(clock.mean_wait)
+        owner = clock.pick(selection)
+        if owners[owner].exhausted:
+            training.leave(owner, time)
+            clock.remove(owner)
+        else:
+            training.exchange(owner, time)
+    training.finish()
+    return "iterations"
+
+
+def _run_rounds(training: Training, iterations: int, clocks: np.random.Generator, total: float) -> str:
+    """The synchronous learners in the ideal network: a round (every owner answers) per tick of
+    the superposed clocks; the run stops when an owner's budget is spent (no round is possible)."""
     time = 0.0
     while training.k < iterations:
-        if training.all_exhausted or (synchronous and training.any_exhausted):
+        if training.any_exhausted:
             training.finish()
             return "budgets exhausted"
         time += clocks.exponential(1.0 / total)
-        if synchronous:
-            training.sync_round(time)
-        elif cumulative is None:
-            training.exchange(int(selection.integers(N)), time)
-        else:
-            owner = int(np.searchsorted(cumulative, selection.random(), side="right"))
-            training.exchange(min(owner, N - 1), time)
+        training.sync_round(time)
     training.finish()
     return "iterations"
+
+
+class Superposition:
+    """The owners whose clocks still tick, and who ticks next: i with probability λ_i/Σλ.
+
+    With equal rates one integer draw picks the owner, else one uniform against the cumulative
+    rates: the draws of the papers' model, unchanged until an owner leaves.
+    """
+
+    def __init__(self, owners: int, rates: np.ndarray | None) -> None:
+        self.ids = list(range(owners))
+        self.rates = None if rates is None else np.asarray(rates, dtype=float)
+        self._reset()
+
+    def _reset(self) -> None:
+        rates = None if self.rates is None else self.rates[self.ids]
+        total = float(len(self.ids)) if rates is None else float(np.sum(rates))
+        self.mean_wait = 1.0 / total
+        self.cumulative = None if rates is None else np.cumsum(rates) / total
+
+    def pick(self, selection: np.random.Generator) -> int:
+        """The owner of the next tick."""
+        if self.cumulative is None:
+            return self.ids[int(selection.integers(len(self.ids)))]
+        slot = int(np.searchsorted(self.cumulative, selection.random(), side="right"))
+        return self.ids[min(slot, len(self.ids) - 1)]
+
+    def remove(self, owner: int) -> None:
+        """``owner``'s clock stops: it left the collaboration."""
+        self.ids.remove(owner)
+        self._reset()
 
 
 def make_learner(algorithm: str, sizes: np.ndarray, dim: int, iterations: int, rho: float,

@@ -219,7 +219,8 @@ def replay_request(rows: list[Row], scenario: Scenario, horizon: float) -> Count
 def replay_broadcast(rows: list[Row], scenario: Scenario, horizon: float) -> Counter:
     """Re-derive every non-tick event of a broadcast-mode log from its ticks and availability.
 
-    Rules: a broadcast every Δ on each channel; the responders are the owners of that channel
+    Rules: a broadcast every Δ on each channel, except at slots when every owner is offline (the
+    engine sleeps then: nothing could answer); the responders are the owners of that channel
     that ticked while online since the previous broadcast and have not gone offline since; none:
     "idle"; one: its update τ+L later (or "owner went offline" if it dropped meanwhile); two or
     more: a "collision" per responder τ later. Each responder is queried and answers at the slot.
@@ -235,7 +236,8 @@ def replay_broadcast(rows: list[Row], scenario: Scenario, horizon: float) -> Cou
     expected: Counter = Counter()
     slots, now = [], 0.0
     while now + delta <= horizon:
-        slots.append((now, now + delta))
+        if any(presence.online(i, now + delta) for i in range(owners)):
+            slots.append((slots[-1][1] if slots else 0.0, now + delta))
         now += delta
     for c in range(net.channels):
         assert [r.time for r in rows if r.kind == "broadcast" and r.channel == c] == [s for _, s in slots]
@@ -507,7 +509,8 @@ def test_horizon_stops_the_run_and_only_truncates_it(tmp_path):
 
 def test_broadcast_slots_hand_checked(tmp_path):
     """Fast clocks: both owners are ready at every slot while online. Slots 1-2 collide,
-    3-5 are owner 0's alone (update τ+L later), slot 6 is idle."""
+    3-5 are owner 0's alone (update τ+L later); at 5.5 the last owner goes offline past the
+    horizon, so no owner can ever answer again and the run stops there."""
     tau, lat = 0.25, 0.125
     scenario = build({"mode": "broadcast", "clock_rate": 50.0, "broadcast_interval": 1.0,
                       "transmission_time": tau, "latency": lat, "horizon": 6.5}, owners=2,
@@ -523,9 +526,9 @@ def test_broadcast_slots_hand_checked(tmp_path):
     for k, s in enumerate((3.0, 4.0, 5.0), start=1):
         want += [(s, "broadcast", -1, None), (s, "query", 0, None), (s, "response", 0, None),
                  (s + tau + lat, "update", 0, k)]
-    want += [(6.0, "broadcast", -1, None), (6.0, "idle", -1, None)]
     assert got == want
-    assert result.stop_reason == "horizon" and result.training.k == 3
+    assert result.stop_reason == "no owner online before the horizon" and result.training.k == 3
+    assert result.training.time == 5.0 + tau + lat and max(r.time for r in rows) == 5.5
     # every transmitted answer was charged, collided ones included (T = 10^6 answers of ε/T each)
     assert [o.ledger.answers for o in result.owners] == [5, 2]
     assert result.owners[0].epsilon_spent == pytest.approx(5e-6, rel=1e-12)

@@ -142,7 +142,7 @@ def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:
     start = time.perf_counter()
     by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
-    head, owner_head = tables.sweep_header(plan.axes)
+    head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
     meta = {**_meta(plan, how, reused), "forecast": fit.to_dict() if fit else {"error": why}}
     with publish.published(out) as staging:
         write_csv(staging / "sweep.csv", head, rows)
@@ -165,10 +165,10 @@ def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
         write_text_atomic(staging / "scenario.toml", plan.cells[0].scenario.to_toml())
         write_csv(staging / "metrics.csv", ("replication", "k", "time", "psi"), tables.metric_rows(records))
         write_csv(staging / "replications.csv", tables.REPLICATION_COLUMNS, tables.replication_rows(records))
-        write_csv(staging / "owners.csv", ("owner", "name", "records", "epsilon", "own_psi", "benefit_share"),
-                  tables.owner_rows(records))
-        drawn = publish.replications_figures_and_report(staging, summary, records[0]["owners"]["epsilon"],
-                                                        plan.base.output.plots)
+        write_csv(staging / "owners.csv", tables.owner_header(records), tables.owner_rows(records))
+        owners = records[0]["owners"]
+        epsilons = [e for e, m in zip(owners["epsilon"], tables.participants(owners), strict=True) if m]
+        drawn = publish.replications_figures_and_report(staging, summary, epsilons, plan.base.output.plots)
         summary = {**summary, "figures": [p.name for p in drawn],
                    "wall_seconds": round(time.perf_counter() - start, 3)}
         write_json(staging / "summary.json", summary)

@@ -38,6 +38,18 @@ def psi_stats(psi: np.ndarray) -> dict[str, float]:
             "psi_q25": float(q25), "psi_q75": float(q75), "psi_std": std}
 
 
+def participants(owners: dict) -> np.ndarray:
+    """Which of a cell's owners trained (a record's owner lists run over every scenario owner; in a
+    market, ``participates`` says who sold a budget, and one that declined has ε = 0)."""
+    flags = owners.get("participates")
+    return np.ones(len(owners["name"]), bool) if flags is None else np.array(flags, bool)
+
+
+def market_cell(records: list[dict]) -> bool:
+    """Whether the records come from a scenario with a market (their tables say who took part)."""
+    return "participates" in records[0]["owners"]
+
+
 def epsilon_harmonic(epsilons: np.ndarray) -> float:
     """The common ε that gives the same noise term: N/ε² = Σ ε_i⁻²."""
     return float(np.sqrt(len(epsilons) / np.sum(np.asarray(epsilons, dtype=float) ** -2.0)))
@@ -51,24 +63,33 @@ def cell_psi_zero(records: list[dict]) -> float:
 
 
 def cell_summary(records: list[dict]) -> dict[str, Any]:
-    """The sweep.csv statistics of one cell (its records share one dataset, so one owner table)."""
+    """The sweep.csv statistics of one cell (its records share one dataset and, in a market, one
+    deal, so one owner table). ``owners`` and ``records`` count every owner; ε's harmonic mean is
+    the participants'; an owner that declined never benefits."""
     owners = records[0]["owners"]
     psi = np.array([r["psi_final"] for r in records])
-    own = np.array(owners["own_psi"])
-    share = np.mean(own[None, :] > psi[:, None], axis=1)  # per replication: owners that benefit
+    own, member = np.array(owners["own_psi"]), participants(owners)
+    share = np.mean((own[None, :] > psi[:, None]) & member, axis=1)  # per replication: owners that benefit
     return {"replications": len(records), "owners": len(own), "records": int(sum(owners["records"])),
-            "epsilon_harmonic": epsilon_harmonic(owners["epsilon"]), **psi_stats(psi),
+            "epsilon_harmonic": epsilon_harmonic(np.array(owners["epsilon"])[member]), **psi_stats(psi),
             "psi_zero": cell_psi_zero(records),
             "own_psi_first": float(own[0]), "own_psi_median": float(np.median(own)),
             "benefit_share_mean": float(np.mean(share))}
 
 
+def theorem_terms(records: list[dict]) -> tuple[np.ndarray, int]:
+    """The ε and total records n that Theorem 2's sums run over: the owners that trained (in a
+    market cell, the participants; everyone otherwise)."""
+    owners = records[0]["owners"]
+    member = participants(owners)
+    return np.array(owners["epsilon"])[member], int(np.sum(np.array(owners["records"])[member]))
+
+
 def fit_forecast(summaries: list[dict], by_cell: list[list[dict]]) -> tuple[Forecast | None, str]:
     """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
-    eps = [np.array(records[0]["owners"]["epsilon"]) for records in by_cell]
-    n = [float(s["records"]) for s in summaries]
+    eps, n = zip(*map(theorem_terms, by_cell), strict=True)
     try:
-        return calibrate(eps, n, [s["psi_mean"] for s in summaries]), ""
+        return calibrate(list(eps), [float(v) for v in n], [s["psi_mean"] for s in summaries]), ""
     except ValueError as exc:
         return None, str(exc)
 
@@ -79,36 +100,39 @@ def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple
     fit, why = fit_forecast(summaries, by_cell)
     rows = []
     for cell, summary, records in zip(cells, summaries, by_cell, strict=True):
-        owners = records[0]["owners"]
-        summary["forecast"] = float(fit.psi(np.array(owners["epsilon"]), summary["records"])) if fit else ""
+        summary["forecast"] = float(fit.psi(*theorem_terms(records))) if fit else ""
         rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
     return rows, fit, why
 
 
 def sweep_owner_rows(cells: list[Cell], by_cell: list[list[dict]]) -> list[tuple]:
-    """The rows of sweep_owners.csv: every owner of every cell against the cell's median ψ."""
-    rows = []
+    """The rows of sweep_owners.csv: every owner of every cell against the cell's median ψ (with
+    a market, whether it took part last; an owner that declined has ε = 0 and never benefits)."""
+    rows, market = [], any(market_cell(records) for records in by_cell)
     for cell, records in zip(cells, by_cell, strict=True):
         owners = records[0]["owners"]
+        member = participants(owners)
         median = float(np.median([r["psi_final"] for r in records]))
         values = tuple(map(grid_value, cell.values))
         for i, own in enumerate(owners["own_psi"]):
-            rows.append((cell.index, *values, i, owners["name"][i], owners["records"][i],
-                         owners["epsilon"][i], own, median, bool(median < own)))
+            row = (cell.index, *values, i, owners["name"][i], owners["records"][i],
+                   owners["epsilon"][i], own, median, bool(member[i] and median < own))
+            rows.append((*row, bool(member[i])) if market else row)
     return rows
 
 
-def sweep_header(axes: list[Axis]) -> tuple[tuple, tuple]:
-    """Headers of sweep.csv and sweep_owners.csv."""
+def sweep_header(axes: list[Axis], market: bool = False) -> tuple[tuple, tuple]:
+    """Headers of sweep.csv and sweep_owners.csv (which gains ``participates`` with a market)."""
     keys = tuple(a.key for a in axes)
     return (("cell", *keys, *SWEEP_COLUMNS),
-            ("cell", *keys, "owner", "name", "records", "epsilon", "own_psi", "psi_median", "benefits"))
+            ("cell", *keys, "owner", "name", "records", "epsilon", "own_psi", "psi_median", "benefits",
+             *(("participates",) if market else ())))
 
 
 def replication_rows(records: list[dict]) -> list[tuple]:
-    """The rows of replications.csv, one per replication."""
-    own = np.array(records[0]["owners"]["own_psi"])
-    return [(*(r[c] for c in REPLICATION_COLUMNS[:-1]), int(np.sum(r["psi_final"] < own)))
+    """The rows of replications.csv, one per replication (owners that declined never benefit)."""
+    own, member = np.array(records[0]["owners"]["own_psi"]), participants(records[0]["owners"])
+    return [(*(r[c] for c in REPLICATION_COLUMNS[:-1]), int(np.sum((r["psi_final"] < own) & member)))
             for r in records]
 
 
@@ -118,11 +142,21 @@ def metric_rows(records: list[dict]) -> list[tuple]:
             for k, t, p in zip(r["metrics"]["k"], r["metrics"]["time"], r["metrics"]["psi"], strict=True)]
 
 
+OWNER_COLUMNS = ("owner", "name", "records", "epsilon", "own_psi", "benefit_share")
+
+
+def owner_header(records: list[dict]) -> tuple:
+    """The header of a replicated run's owners.csv (``participates`` added with a market)."""
+    return (*OWNER_COLUMNS, "participates") if market_cell(records) else OWNER_COLUMNS
+
+
 def owner_rows(records: list[dict]) -> list[tuple]:
-    """A replicated run's owners.csv: each owner's own-data ψ and how often it benefits."""
+    """A replicated run's owners.csv: each owner's own-data ψ and how often it benefits (with a
+    market, whether it took part: one that declined has ε = 0 and never benefits)."""
     owners = records[0]["owners"]
     psi = np.array([r["psi_final"] for r in records])
-    own = np.array(owners["own_psi"])
-    share = np.mean(psi[:, None] < own[None, :], axis=0)
+    own, member = np.array(owners["own_psi"]), participants(owners)
+    share = np.mean((psi[:, None] < own[None, :]) & member, axis=0)
+    extra = (lambda i: (bool(member[i]),)) if market_cell(records) else (lambda i: ())
     return [(i, owners["name"][i], owners["records"][i], owners["epsilon"][i], float(own[i]),
-             float(share[i])) for i in range(len(own))]
+             float(share[i]), *extra(i)) for i in range(len(own))]

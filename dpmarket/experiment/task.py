@@ -13,9 +13,13 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dpmarket.run import Prepared, execute, prepare
 from dpmarket.scenario import Scenario
+
+if TYPE_CHECKING:
+    from dpmarket.market.stage import MarketStage
 
 # Each worker keeps the data of the last few datasets it used: tasks arrive in cell order, so a
 # cell's replications (and the next cells, when only ε or the network changes) find their data
@@ -77,15 +81,30 @@ def prepared_for(scenario: Scenario) -> Prepared:
 
 
 def run_task(task: Task) -> list[dict]:
-    """Run every replication of ``task``; one JSON-ready record each, in the task's order."""
+    """Run every replication of ``task``; one JSON-ready record each, in the task's order.
+
+    A cell with a [market] negotiates once, under the cell's own seed, as ``run`` and the
+    ``market`` command do: its replications train on that one deal (the same participants and
+    budgets) and vary only the run's randomness, so the cell has one owner table.
+    """
     prepared = prepared_for(task.scenario)
-    return [replicate(task, r, seed, prepared)
+    market = None
+    if task.scenario.market is not None:
+        from dpmarket.market.stage import settle_market  # deferred: only market cells need it
+
+        market = settle_market(task.scenario, prepared)
+    return [replicate(task, r, seed, prepared, market)
             for r, seed in zip(task.replications, task.seeds, strict=True)]
 
 
-def replicate(task: Task, replication: int, seed: int, prepared: Prepared) -> dict:
-    """One replication: the cell's scenario under ``seed``, reduced to what the tables need."""
-    result = execute(task.scenario.model_copy(update={"seed": seed}), prepared=prepared)
+def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
+              market: MarketStage | None = None) -> dict:
+    """One replication: the cell's scenario under ``seed``, reduced to what the tables need.
+
+    The owner lists run over every owner of the scenario; in a market, ``participates`` says who
+    trained and an owner that declined has ε = 0.
+    """
+    result = execute(task.scenario.model_copy(update={"seed": seed}), prepared=prepared, market=market)
     counts, m = result.training.log.counts, result.training.metrics
     record = {
         "cell": task.cell, "replication": replication, "seed": seed,
@@ -96,9 +115,11 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared) -> di
         "simulated_time": float(result.training.time),
         "owners": {"name": list(result.consortium.names),
                    "records": [int(n) for n in result.consortium.sizes],
-                   "epsilon": [float(o.epsilon) for o in result.owners],
+                   "epsilon": result.roster.spread([float(o.epsilon) for o in result.owners], 0.0),
                    "own_psi": [float(v) for v in result.own_psi]},
     }
+    if result.market is not None:
+        record["owners"]["participates"] = result.roster.participates.tolist()
     if task.keep_metrics:
         record["metrics"] = {"k": [int(k) for k in m.k], "time": [float(t) for t in m.time],
                              "psi": [float(p) for p in m.psi]}

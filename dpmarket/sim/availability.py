@@ -3,6 +3,11 @@
 An owner is online when no source holds it offline. Each change is logged (``dropout``,
 ``reconnect``) and bumps the owner's *epoch*, so an exchange can tell whether its owner went
 offline while it was in progress (and is then lost).
+
+An owner offline until the end of the run (a trace that ends, or an offline period that reaches
+the horizon) can never answer again: it is reported *gone* when it goes offline. The sources of an
+owner that has left (gone, or its budget spent) stop: its availability no longer matters, and
+simulating it would only log rows (for ever, with exponential periods and no horizon).
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ class Availability:
     """Online state of every owner, with the reasons each one is offline."""
 
     def __init__(self, env: simpy.Environment, owners: int,
-                 on_change: Callable[[int, bool], None], on_gone: Callable[[int], None]) -> None:
+                 on_change: Callable[[int, bool], None], on_gone: Callable[[int, float], None],
+                 until: float | None = None) -> None:
         self.env = env
+        self.until = float("inf") if until is None else until  # the horizon: offline until then is gone
+        self.left = [False] * owners  # owners that will never answer again (set by the engine)
         # Python lists, not arrays: the engine reads them at every tick and message
         self.holds = [0] * owners  # sources holding each owner offline
         self.epoch = [0] * owners  # bumped at every dropout
@@ -51,6 +59,13 @@ class Availability:
             self.offline_time[owner] += self.env.now - self._since[owner]
             self._on_change(owner, True)
 
+    def away_until(self, owner: int, end: float) -> bool:
+        """Whether ``owner``, offline until ``end``, can never answer again (reported gone if so)."""
+        if end < self.until:
+            return False
+        self.on_gone(owner, end)
+        return True
+
     def downtime(self, owner: int) -> float:
         """Time spent offline so far (including a current outage)."""
         extra = self.env.now - self._since[owner] if self.holds[owner] else 0.0
@@ -66,10 +81,13 @@ def alternating(av: Availability, owner: int, mean_online: float, mean_offline: 
     """
     offline = gen.random() < mean_offline / (mean_online + mean_offline)
     periods = in_blocks(gen.standard_exponential, 16)  # Exp(1) variates, scaled below
-    while True:
+    while not av.left[owner]:
         if offline:
             av.hold(owner)
-            yield av.env.timeout(mean_offline * next(periods))
+            period = mean_offline * next(periods)
+            if av.away_until(owner, av.env.now + period):
+                return
+            yield av.env.timeout(period)
             av.release(owner)
         offline = True
         yield av.env.timeout(mean_online * next(periods))
@@ -89,9 +107,10 @@ def windows(av: Availability, owner: int,
             continue
         if start > av.env.now:
             yield av.env.timeout(start - av.env.now)
+        if av.left[owner]:
+            return
         av.hold(owner)
-        if end == float("inf"):
-            av.on_gone(owner)  # offline for good (its trace ended)
+        if av.away_until(owner, end):  # offline for good (its trace ended), or past the horizon
             return
         yield av.env.timeout(end - av.env.now)
         av.release(owner)

@@ -17,10 +17,16 @@ that is then lost (or never sent) is still spent.
 
 With one channel exchanges never overlap, so the learner applies Algorithm 1 exactly; with
 several, an update uses the query point computed when its exchange began.
+
+An owner leaves for good when its budget is spent (at its next tick: one refusal row), when its
+trace ends, or when it goes offline until the horizon or later; its availability then stops. The
+run ends at T updates, at the horizon, or once every owner has left and the exchanges on the air
+are resolved. While no owner that has not left is online, clocks and broadcasters sleep.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from functools import partial
@@ -65,7 +71,8 @@ class Engine:
         self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
         self._channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
-        self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone)
+        self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone,
+                                               self.net.horizon)
         self._epoch, self._holds = self.availability.epoch, self.availability.holds
         # per-owner and per-channel flags as Python lists: read at every tick and message
         self.in_exchange = [False] * N
@@ -78,6 +85,10 @@ class Engine:
                             if not self.net.carrier_sense else iter(self.channel_rng.random, None))
         self.done = self.env.event()
         self.departed: set[int] = set()  # owners that will never answer again
+        self._reachable = N  # owners online that have not left: while none is, nothing can happen
+        self.awake: simpy.Event | None = None  # while none is, clocks and broadcasts sleep on it
+        self.closing: str | None = None  # why the run ends, once every owner has left
+        self._away: str | None = None  # why the last owner that left offline did so
         self._names = names
         self.record = training.log.record  # a row of events.csv, given as Event's fields
         net = self.net  # settings read at every message, as plain Python values
@@ -98,6 +109,24 @@ class Engine:
         self.emit("reconnect" if online else "dropout", owner, self._channel[owner])
         if not online:
             self.ready[self._channel[owner]].discard(owner)
+        if owner not in self.departed:
+            self._count_reachable(1 if online else -1)
+
+    def _count_reachable(self, change: int) -> None:
+        """Track the online owners that have not left; the engine sleeps while there are none.
+
+        Nothing but offline ticks and idle slots can happen then, so the clocks and broadcasters
+        sleep until one comes back (or the run ends) instead of logging them: a clock's ticks
+        during the wait are not drawn, and its next tick is Exp(λ) after the wake-up (memoryless,
+        so the ticks after it have their law). Without this, an owner offline until t = 10⁹
+        after the others left would make the run tick to 10⁹.
+        """
+        self._reachable += change
+        if self._reachable == 0 and self.awake is None and len(self.departed) < self.N:
+            self.awake = self.env.event()
+        elif self._reachable > 0 and self.awake is not None:
+            self.awake.succeed()
+            self.awake = None
 
     # -- processes -----------------------------------------------------------------------
     def start(self) -> None:
@@ -134,12 +163,14 @@ class Engine:
         broadcast = self.net.mode == "broadcast"
         for wait in streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), self._block):
             yield timeout(wait)
+            if self.awake is not None:  # no owner can answer: sleep until one is back
+                yield self.awake
+                continue
             record(env.now, "tick", i, None, None, c, None)
             if holds[i] or busy[i]:
                 continue
             if owner.exhausted:
-                record(env.now, "refusal", i, None, owner.epsilon_spent, c,
-                       "budget spent: stops taking part")
+                self.training.leave(i, env.now, c)
                 self._depart(i, "budgets exhausted")
                 return
             if broadcast:
@@ -149,10 +180,28 @@ class Engine:
                 Exchange(self, i, c).start()
 
     def _depart(self, owner: int, reason: str) -> None:
-        """Owner i will never answer again (budget spent, or its trace ended)."""
+        """Owner i will never answer again (budget spent, its trace ended, or offline past the
+        horizon): its availability stops, and the run ends when no owner is left."""
+        online = self._holds[owner] == 0
         self.departed.add(owner)
+        self.availability.left[owner] = True
+        if reason != "budgets exhausted":
+            self._away = reason  # "budgets exhausted" only if every owner spent its budget
         if len(self.departed) == self.N and not self.done.triggered:
-            self.done.succeed(reason)
+            self.closing = self._away or reason
+            self.settled()
+        if online:
+            self._count_reachable(-1)
+
+    def settled(self) -> None:
+        """End the run if no owner is left and no request-mode exchange is still under way.
+
+        An owner that left by going offline (its trace ended, or past the horizon) may leave an
+        exchange on the air; the run ends once it is resolved (lost, or collided), so the
+        channels' counts are whole.
+        """
+        if self.closing is not None and not self.done.triggered and not any(self.in_exchange):
+            self.done.succeed(self.closing)
 
     def _send(self, i: int, c: int, epoch: int, arrived: Arrived, lost: Lost) -> None:
         """Put one message of owner i on channel c now (``uplink`` without carrier sensing)."""
@@ -218,8 +267,14 @@ class Engine:
         Slots start at Δ, 2Δ, …; a slot's responses take transmission_time + latency, which
         validation keeps below Δ, so slots never overlap.
         """
+        delta = self.net.broadcast_interval
         while True:
-            yield self.env.timeout(self.net.broadcast_interval)
+            yield self.env.timeout(delta)
+            while self.awake is not None:  # no owner can answer: sleep to the first slot after one can
+                slot = self.env.now
+                yield self.awake
+                following = slot + delta * max(1, math.ceil((self.env.now - slot) / delta))
+                yield self.env.timeout(max(0.0, following - self.env.now))
             self.emit("broadcast", -1, c)
             responders = sorted(self.ready[c])
             self.ready[c].clear()
@@ -228,8 +283,9 @@ class Engine:
                 continue
             Slot(self, c, responders).start()
 
-    def _gone(self, owner: int) -> None:
-        self._depart(owner, "no owner left")
+    def _gone(self, owner: int, end: float) -> None:
+        """Owner i went offline until ``end``: the end of its trace, or past the horizon."""
+        self._depart(owner, "no owner left" if end == float("inf") else "no owner online before the horizon")
 
     def run(self) -> str:
         """Run until T updates, the horizon, or every owner has retired or left."""

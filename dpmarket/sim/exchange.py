@@ -70,6 +70,8 @@ class Exchange:
         if self.holds_learner:
             self.engine.learner_busy[self.channel] = False
         self.engine.in_exchange[self.owner] = False
+        if self.engine.closing is not None:
+            self.engine.settled()
 
 
 class Slot:
