@@ -202,3 +202,81 @@ def epsilon_curve(mechanism: str, accountant: str, multiplier: float, delta: flo
                   epsilon: float) -> EpsilonCurve:
     """The shared :class:`EpsilonCurve` of these parameters."""
     return EpsilonCurve(mechanism, accountant, multiplier, delta, epsilon)
+
+
+NODES_PER_DECADE = 32  # of the forecast's z grid: log z interpolated in log ε is within 10⁻⁴ of exact
+
+
+class MultiplierTable:
+    """z(ε) for fixed (mechanism, accountant, m, δ), for the market's forecast, which asks for the
+    noise at thousands of budgets (a procurement's coalitions, a Stackelberg price search).
+
+    Nodes z_k = 10^(k/32) cost one accountant evaluation each (ε(z_k), no search) and are computed
+    as needed and kept; between two nodes log z is linear in log ε. The owners themselves always use
+    the exact calibration of :func:`noise_multiplier`, which the table matches to about 10⁻⁴.
+    """
+
+    def __init__(self, mechanism: str, accountant: str, answers: int, delta: float) -> None:
+        self.mechanism, self.accountant, self.answers, self.delta = mechanism, accountant, answers, delta
+        self.nodes: dict[int, float] = {}  # k → log ε(z_k)
+
+    def log_epsilon(self, k: int) -> float:
+        """log ε of the node z_k (computed once)."""
+        if k not in self.nodes:
+            z = 10.0 ** (k / NODES_PER_DECADE)
+            self.nodes[k] = math.log(self._epsilon(z))
+        return self.nodes[k]
+
+    def _epsilon(self, z: float) -> float:
+        m, delta = self.answers, self.delta
+        if self.accountant == "basic":  # Gaussian: m shares of δ/m each, exact per answer
+            from dp_accounting import get_epsilon_gaussian
+
+            return m * float(get_epsilon_gaussian(z, delta / m))
+        scale = composed_epsilon(self.mechanism, "rdp", z, m, delta, 1.0) if self.accountant == "pld" else 1.0
+        return composed_epsilon(self.mechanism, self.accountant, z, m, delta, scale)
+
+    def multiplier(self, epsilon: float) -> float:
+        """z at ``epsilon``, interpolated between the two nodes whose ε bracket it."""
+        target = math.log(epsilon)
+        k = self._start(epsilon, target)
+        limit = NODES_PER_DECADE * (math.log10(self.answers / epsilon) + math.log10(SEARCH_RANGE))
+        while self.log_epsilon(k) < target:  # ε falls as z grows: walk down to ε(z_k) ≥ ε …
+            k -= 1
+            self._check(abs(k) <= limit, epsilon)
+        while self.log_epsilon(k + 1) >= target:  # … and up to ε(z_{k+1}) < ε
+            k += 1
+            self._check(abs(k) <= limit, epsilon)
+        hi, lo = self.log_epsilon(k), self.log_epsilon(k + 1)
+        return 10.0 ** ((k + (hi - target) / (hi - lo)) / NODES_PER_DECADE)
+
+    def _start(self, epsilon: float, target: float) -> int:
+        """Where the walk starts: the known node nearest in ε, or (first query) the exact calibration."""
+        if self.nodes:
+            return min(self.nodes, key=lambda k: abs(self.nodes[k] - target))
+        z = noise_multiplier(self.mechanism, self.accountant, self.answers, epsilon, self.delta)
+        return math.floor(NODES_PER_DECADE * math.log10(z))
+
+    def _check(self, within: bool, epsilon: float) -> None:
+        if not within:
+            raise CalibrationError(_unreachable(self.mechanism, self.accountant, self.answers, epsilon,
+                                                self.delta, "a noise level outside the search range"))
+
+
+@functools.lru_cache(maxsize=256)
+def multiplier_table(mechanism: str, accountant: str, answers: int, delta: float) -> MultiplierTable:
+    """The shared :class:`MultiplierTable` of these parameters."""
+    return MultiplierTable(mechanism, accountant, answers, delta)
+
+
+def multipliers(mechanism: str, accountant: str, answers, epsilons, deltas):
+    """z for arrays of (m, ε, δ) (broadcast together) from the shared tables: the forecast's noise."""
+    import numpy as np
+
+    m, eps, delta = np.broadcast_arrays(np.asarray(answers, dtype=float), np.asarray(epsilons, dtype=float),
+                                        np.asarray(deltas, dtype=float))
+    keys = np.stack([m.ravel(), eps.ravel(), delta.ravel()], axis=1)
+    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    values = np.array([multiplier_table(mechanism, accountant, int(a), float(d)).multiplier(float(e))
+                       for a, e, d in unique])
+    return values[np.ravel(inverse)].reshape(m.shape)
