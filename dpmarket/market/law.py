@@ -350,8 +350,11 @@ class LawForecast:
 
     def describe(self) -> str:
         """The formula with its multipliers, for the terminal."""
+        noise = self.inputs.noise
+        args = "eps, m_i, N" if noise is None else (f"eps, delta, m_i, N: {noise.mechanism} answers, "
+                                                     f"{noise.accountant} accountant")
         return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias + selection) + {self.c2:.4g} x "
-                f"noise(eps, m_i, N) (law; public inputs from the {self.inputs.source})")
+                f"noise({args}) (law; public inputs from the {self.inputs.source})")
 
     def to_dict(self) -> dict:
         """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
