@@ -230,7 +230,6 @@ def epsilon_curve(mechanism: str, accountant: str, multiplier: float, delta: flo
 
 
 NODES_PER_DECADE = 32  # of the forecast's z grid: log z interpolated in log ε is within 10⁻⁴ of exact
-TABLE_COARSENING = 10  # the tables' PLD grid is this much coarser than the owners' (ε within 2·10⁻⁴)
 
 
 class MultiplierTable:
@@ -264,7 +263,7 @@ class MultiplierTable:
         if self.accountant == "rdp":
             return composed_epsilon(self.mechanism, "rdp", z, m, delta, 1.0)
         scale = composed_epsilon(self.mechanism, "rdp", z, m, delta, 1.0)  # about the PLD's ε: sets its grid
-        return composed_epsilon(self.mechanism, "pld", z, m, delta, TABLE_COARSENING * scale)
+        return composed_epsilon(self.mechanism, "pld", z, m, delta, scale)
 
     def multiplier(self, epsilon: float) -> float:
         """z at ``epsilon``, interpolated between the two nodes whose ε bracket it."""
