@@ -95,8 +95,9 @@ class Stopwatch:
 
 
 def clear_caches() -> None:
-    for cached in (accounting.noise_multiplier, accounting.epsilon_curve, accounting.multiplier_table):
-        cached.cache_clear()
+    """Forget every calibration, ε curve, table and accountant evaluation (a new process's state)."""
+    for name in ("noise_multiplier", "epsilon_curve", "multiplier_table", "composed_epsilon"):
+        getattr(accounting, name).cache_clear()
 
 
 def one_run(scenario) -> tuple[float, float]:
@@ -128,11 +129,12 @@ def run_cost(repeats: int) -> None:
                                        "privacy.delta=1e-6"]) for case in CASES}
     cli = cli_time(repeats)
     run.execute(basic)  # warm: the public proxy's summary is cached per dataset, as in any second run
-    walls = {case: [] for case in [("laplace", "basic"), *CASES]}
-    inside = {case: [] for case in CASES}
-    for _ in range(repeats):  # interleaved, so that load from other jobs weighs on every case
-        walls[("laplace", "basic")].append(one_run(basic)[0])
-        for case in CASES:
+    scenarios[("laplace", "basic")] = basic
+    order = [("laplace", "basic"), *CASES]
+    walls = {case: [] for case in order}
+    inside = {case: [] for case in order}
+    for r in range(repeats):  # interleaved, the order rotated, so that other load weighs on every case
+        for case in order[r % len(order):] + order[:r % len(order)]:
             wall, spent = one_run(scenarios[case])
             walls[case].append(wall)
             inside[case].append(spent)
