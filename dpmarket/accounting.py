@@ -12,8 +12,10 @@ bisection that guarantees the returned z does not exceed the budget), as Opacus 
 accountants.
 
 Neighbouring datasets differ in one record; one answer's sensitivity Δ (2Ξ/n_i, dpmarket/owners.py)
-is the largest shift of the answer between them, and the library's unsampled Laplace and Gaussian
-events are exactly such shifts with multiplier z = scale/Δ, whatever neighbouring relation.
+is the largest shift of the answer between them, in L1 for Laplace and L2 for Gaussian answers.
+The library defines its events for exactly that: ``LaplaceDpEvent(s/C)`` is coordinate-wise
+Laplace(s) noise on a vector of L1 norm at most C, ``GaussianDpEvent(s/C)`` N(0, s²I) noise on one of
+L2 norm at most C; so z = scale/Δ, whatever the neighbouring relation (no sampling here).
 
 dp-accounting (with the scipy.stats and scipy.signal it loads, about 0.9 s) is imported inside the
 functions below only: runs with Laplace answers under basic composition never load it.
