@@ -83,6 +83,16 @@ class OwnerData:
         """‖z_j‖₁ of every record: a margin loss's per-example gradient has L1 norm |ℓ'|·‖z_j‖₁."""
         return np.abs(self.records()[0]).sum(axis=1)
 
+    @cached_property
+    def row_l2(self) -> np.ndarray:
+        """‖z_j‖₂ of every record (its per-example gradient's L2 norm is |ℓ'|·‖z_j‖₂)."""
+        Z = self.records()[0]
+        return np.sqrt(np.einsum("ij,ij->i", Z, Z))
+
+    def row_norms(self, norm: str) -> np.ndarray:
+        """‖z_j‖ of every record in ``norm`` ("L1" or "L2")."""
+        return self.row_l1 if norm == "L1" else self.row_l2
+
 
 class Loss(ABC):
     """Interface of a per-example loss ℓ(θ; z, y) with its (sub)gradient and sensitivity bound."""
@@ -99,20 +109,22 @@ class Loss(ABC):
         Z, y = data.records()
         return Z.T @ self.dmargin(Z @ theta, y) / data.n
 
-    def clipped_mean_grad(self, theta: np.ndarray, data: OwnerData, bound: float) -> np.ndarray:
-        """(1/n_i) Σ of the per-example gradients ℓ'(θᵀz_j)·z_j, each clipped to L1 norm ``bound``.
+    def clipped_mean_grad(self, theta: np.ndarray, data: OwnerData, bound: float,
+                          norm: str = "L1") -> np.ndarray:
+        """(1/n_i) Σ of the per-example gradients ℓ'(θᵀz_j)·z_j, each clipped to ``norm`` ≤ ``bound``
+        (L1 for Laplace answers, L2 for Gaussian ones).
 
         Every loss here is a function of the margin, so clipping scales the scalar ℓ' of each
         record and the answer is one pass over the records, not an (n, p) gradient matrix.
         """
         Z, y = data.records()
-        d = clip_margins(self.dmargin(Z @ theta, y), data.row_l1, bound)
+        d = clip_margins(self.dmargin(Z @ theta, y), data.row_norms(norm), bound)
         return Z.T @ d / data.n
 
-    def clipped_count(self, theta: np.ndarray, data: OwnerData, bound: float) -> int:
-        """How many of the owner's per-example gradients at θ exceed L1 norm ``bound``."""
+    def clipped_count(self, theta: np.ndarray, data: OwnerData, bound: float, norm: str = "L1") -> int:
+        """How many of the owner's per-example gradients at θ exceed ``norm`` ``bound``."""
         Z, y = data.records()
-        return int(np.sum(np.abs(self.dmargin(Z @ theta, y)) * data.row_l1 > bound))
+        return int(np.sum(np.abs(self.dmargin(Z @ theta, y)) * data.row_norms(norm) > bound))
 
     def per_example_grads(self, theta: np.ndarray, Z: np.ndarray, y: np.ndarray) -> np.ndarray:
         """Rows ∇ℓ(θ; z_j, y_j), shape (n, p)."""
@@ -188,11 +200,11 @@ class HingeLoss(Loss):
 CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never ends above the bound
 
 
-def clip_margins(d: np.ndarray, row_l1: np.ndarray, bound: float) -> np.ndarray:
-    """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖₁ ≤ bound, with a 10⁻¹² margin so that the rounded
-    L1 norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
+def clip_margins(d: np.ndarray, row_norm: np.ndarray, bound: float) -> np.ndarray:
+    """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖ ≤ bound (L1 or L2 row norms), with a 10⁻¹² margin so that
+    the rounded norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
     with np.errstate(divide="ignore"):
-        limit = (bound * (1.0 - CLIP_MARGIN)) / row_l1  # a record with z = 0: no limit
+        limit = (bound * (1.0 - CLIP_MARGIN)) / row_norm  # a record with z = 0: no limit
     return np.clip(d, -limit, limit)
 
 

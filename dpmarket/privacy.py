@@ -1,4 +1,4 @@
-"""Differential privacy of the owners' answers: sensitivity, the Laplace mechanism, the accountant.
+"""Differential privacy of the owners' answers: the mechanisms, the answer caps, the ledgers.
 
 Theorem 1 of the papers: one answer ``Q_i(θ̄) = (1/n_i) Σ ∇ℓ(θ̄; z, y)`` has L1 sensitivity
 ``2Ξ/n_i`` when ``Ξ ≥ sup ‖∇ℓ‖₁``. An owner that may answer up to ``m_i`` queries and splits
@@ -6,6 +6,12 @@ Theorem 1 of the papers: one answer ``Q_i(θ̄) = (1/n_i) Σ ∇ℓ(θ̄; z, y)`
 every coordinate, and must refuse the (m_i+1)-th query. The :class:`Accountant` enforces that
 refusal for any schedule of queries, with exact rational arithmetic so rounding can never let
 an owner's spent ε creep past its budget.
+
+(ε, δ) answers (paper 004, Remark 3 of 001): Laplace (L1 sensitivity) or Gaussian (L2) noise
+calibrated so that the m_i answers compose to (ε_i, δ_i) under an RDP or PLD accountant
+(dpmarket/accounting.py). The owner still refuses the (m_i+1)-th query — the noise is calibrated
+for m_i answers, so the cap is exactly where its budget ends — and :class:`ComposedLedger` reports
+the accountant's ε after the answers given.
 """
 
 from __future__ import annotations
@@ -19,6 +25,25 @@ import numpy as np
 from dpmarket.errors import BudgetExhaustedError
 
 SPLITS = ("horizon", "capped")
+MECHANISMS = ("laplace", "gaussian")
+ACCOUNTANTS = ("basic", "rdp", "pld")
+NORMS = {"laplace": "L1", "gaussian": "L2"}  # the sensitivity each mechanism is calibrated to
+
+
+def is_pure(mechanism: str, accountant: str) -> bool:
+    """Whether answers are pure ε-DP with an exact rational ledger: Laplace under basic composition,
+    the papers' set-up (its noise, ledger and output bytes are those of Theorem 1 exactly)."""
+    return mechanism == "laplace" and accountant == "basic"
+
+
+def noise_multiplier(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> float:
+    """z: the noise scale per unit of one answer's sensitivity such that ``answers`` answers compose
+    to (ε, δ); see dpmarket/accounting.py (loaded only for (ε, δ) answers)."""
+    if is_pure(mechanism, accountant):
+        return answers / epsilon
+    from dpmarket.accounting import noise_multiplier as calibrated
+
+    return calibrated(mechanism, accountant, int(answers), float(epsilon), float(delta))
 
 
 def laplace_scale(xi: float, answers: int, n_records: int, epsilon: float) -> float:
@@ -121,6 +146,65 @@ class LaplaceNoise:
         w = self._buf[self._pos] * self.scale
         self._pos += 1
         return w
+
+
+class GaussianNoise(LaplaceNoise):
+    """Independent N(0, σ²) noise (σ = ``scale``) for one owner's answers, drawn in blocks."""
+
+    def draw(self) -> np.ndarray:
+        """One noise vector w with i.i.d. N(0, scale²) coordinates."""
+        if self._pos == len(self._buf):
+            self._buf = self.rng.standard_normal(size=(self.block, self.dim))
+            self._pos = 0
+        w = self._buf[self._pos] * self.scale
+        self._pos += 1
+        return w
+
+
+def make_noise(mechanism: str, rng: np.random.Generator, scale: float, dim: int,
+               block: int = 256) -> LaplaceNoise:
+    """The noise sampler of ``mechanism`` (the scale is its Laplace b or Gaussian σ)."""
+    kind = LaplaceNoise if mechanism == "laplace" else GaussianNoise
+    return kind(rng, scale, dim, block)
+
+
+class ComposedLedger:
+    """One owner's ledger under an RDP or PLD accountant: at most ``cap`` answers, and the
+    accountant's ε at δ_i after the answers given.
+
+    The noise was calibrated so that ``cap`` answers compose to (ε_i, δ_i), and ε grows with every
+    answer, so the refusal rule is the cap itself: an integer comparison for any schedule. ``spent``
+    comes from the shared :class:`~dpmarket.accounting.EpsilonCurve` (computed as answers are given)
+    and is checked against the budget at every answer: above it would be a calibration bug.
+    """
+
+    def __init__(self, owner: int, budget: float, cap: int, curve) -> None:
+        if not budget > 0 or cap < 1:
+            raise ValueError(f"Privacy budget and cap must be positive, got {budget}, {cap}")
+        self.owner, self.budget, self.cap, self.curve = owner, float(budget), int(cap), curve
+        self.answers = 0
+        self.spent_float = 0.0
+
+    @property
+    def spent(self) -> float:
+        """ε spent so far: the accountant's ε at δ_i after the answers given."""
+        return self.spent_float
+
+    def can_pay(self, charge: int = 1) -> bool:
+        """Whether one more answer fits under the cap (``charge`` is always one answer)."""
+        return self.answers < self.cap
+
+    def try_pay(self, charge: int = 1) -> bool:
+        """Record one answer if it fits; False (nothing recorded) at the cap."""
+        if self.answers >= self.cap:
+            return False
+        self.answers += 1
+        self.spent_float = self.curve.after(self.answers)
+        if not self.spent_float <= self.budget:
+            raise RuntimeError(f"owner {self.owner}: the accountant's ε after {self.answers} answers is "
+                               f"{self.spent_float!r}, above the budget {self.budget!r} the noise was "
+                               "calibrated for")
+        return True
 
 
 class Accountant:

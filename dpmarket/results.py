@@ -21,6 +21,7 @@ from dpmarket import files
 from dpmarket.errors import RunDirectoryError
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
+from dpmarket.privacy import is_pure
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 from dpmarket.run import RunResult, is_async
@@ -181,14 +182,22 @@ def _training_columns(result: RunResult, k: int, counts) -> dict:
     return {"owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
             "queries": counts[("query", o.index)], "answers": o.ledger.answers,
             "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
-            "answer_cap": o.answers_allowed, "noise_scale": o.scale}
+            "answer_cap": o.answers_allowed, "noise_scale": o.scale, "mechanism": o.mechanism,
+            "delta": _owner_delta(o), "sensitivity": o.sensitivity}
+
+
+def _owner_delta(owner) -> float:
+    """The δ of the owner's guarantee: 0 for Laplace answers under basic composition (pure ε-DP,
+    whatever privacy.delta says), else its δ_i."""
+    return 0.0 if is_pure(owner.mechanism, owner.accountant) else float(owner.delta)
 
 
 def _absent(result: RunResult, i: int) -> dict:
     """The training columns of an owner that declined the market: it answered nothing."""
     return {"owner": i, "name": result.consortium.names[i],
             "records": int(result.consortium.sizes[i]), "epsilon": 0.0, "queries": 0,
-            "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": ""}
+            "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": "",
+            "mechanism": "", "delta": "", "sensitivity": ""}
 
 
 def _market_columns(outcome, i: int) -> dict:
@@ -241,6 +250,7 @@ def summary(result: RunResult) -> dict:
         "network_mode": s.network.mode,
         "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,
+        **privacy_summary(s),
         "f_star": result.objective.f_star,
         "theta_star": [float(v) for v in result.objective.theta_star],
         "theta_final": [float(v) for v in t.learner.model],
@@ -252,6 +262,25 @@ def summary(result: RunResult) -> dict:
         **_data_summary(result),
         **_market_summary(result),
     }
+
+
+ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
+
+
+def privacy_summary(scenario) -> dict:
+    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``."""
+    p = scenario.privacy
+    pure = is_pure(p.mechanism, p.accountant)
+    if pure:
+        guarantee = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
+    elif p.accountant == "basic":
+        guarantee = (f"(ε, δ)-DP: {p.mechanism} answers, basic composition (each of m_i answers spends "
+                     "ε_i/m_i and δ_i/m_i)")
+    else:
+        guarantee = (f"(ε, δ)-DP: m_i {p.mechanism} answers composed by dp-accounting's "
+                     f"{ACCOUNTANT_NAMES[p.accountant]} accountant")
+    return {"mechanism": p.mechanism, "accountant": p.accountant, "delta": 0.0 if pure else p.delta,
+            "sensitivity_norm": "L1" if p.mechanism == "laplace" else "L2", "guarantee": guarantee}
 
 
 def _learner_summary(result: RunResult) -> dict:
@@ -333,7 +362,8 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"owners        {s['owners']}  records {s['records']:,}  "
         f"(per owner {sizes.min():,}…{sizes.max():,})",
         f"model         {s['loss']} loss, {s['algorithm']} learner, ε = {eps_text}, "
-        f"Ξ = {s['sensitivity']:.4g}",
+        f"Ξ = {s['sensitivity']:.4g} ({s['sensitivity_norm']})",
+        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else ""),
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
@@ -405,8 +435,8 @@ def _learner_lines(s: dict) -> list[str]:
         f"; noise-free floor (law) {s['psi_floor_predicted']:.3g}")
     lines = [f"step          ρ = {s['rho']:.4g} ({s['rho_source'].split(' from ')[0]}){stability}{floor}"]
     if "clip_bound" in s:
-        lines.append(f"clipping      L1 bound {s['clip_bound']:.4g}; {s['clipped_share']:.3%} of per-example "
-                     "gradients clipped at the final model")
+        lines.append(f"clipping      {s['sensitivity_norm']} bound {s['clip_bound']:.4g}; "
+                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model")
     return lines
 
 

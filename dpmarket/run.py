@@ -91,19 +91,24 @@ class RunResult:
         if clip is None:
             return None
         theta = self.training.learner.model
-        count = sum(o.loss.clipped_count(theta, o.data, clip) for o in self.owners)
+        count = sum(o.loss.clipped_count(theta, o.data, clip, o.norm) for o in self.owners)
         return count / sum(o.data.n for o in self.owners)
 
 
 def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
-    """Ξ: the clipping bound, or the bound derived from the declared data domain (design §3).
+    """Ξ in the norm of the scenario's mechanism (L1 for Laplace, L2 for Gaussian): the clipping
+    bound, or the bound derived from the declared data domain (design §3).
 
     ``privacy.clip = "auto"`` takes the bound from the public proxy (a quantile of its
     per-example gradient norms), never above the declared-domain bound, which already holds.
+    The proxy's norms are L1 norms, which bound the L2 ones from above: with the Gaussian, an
+    automatic bound clips less than the L2 quantile would (more noise, less bias).
     """
     loss = make_loss(scenario.model.loss)
     bound = loss.l1_sensitivity(consortium.z_l1, consortium.y_max, scenario.model.theta_max)
     p = scenario.privacy
+    if p.mechanism == "gaussian":
+        bound *= z_l2(scenario, consortium) / consortium.z_l1
     if p.sensitivity != "clip":
         return _finite_bound(bound, scenario)
     if p.clip != "auto":
@@ -116,6 +121,17 @@ def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
                             f"the proxy's {p.clip_quantile} quantile of gradient norms is {clip!r}: "
                             "raise privacy.clip_quantile or give a number")
     return min(clip, _finite_bound(bound, scenario))
+
+
+def z_l2(scenario: Scenario, consortium: Consortium) -> float:
+    """sup ‖z‖₂ over the declared domain: √(pX² + 1) with the intercept's 1, √p·X without.
+
+    Every loss here is a margin loss, ∇ℓ = ℓ'(θᵀz)·z, and its L1 bound Ξ is (a bound on |ℓ'|)·sup ‖z‖₁,
+    so the L2 bound is Ξ·sup ‖z‖₂/sup ‖z‖₁ (√p times smaller for features in a box).
+    """
+    intercept = 1.0 if scenario.model.intercept else 0.0
+    dim = consortium.owners[0].stats.A.shape[0]  # p, plus the intercept's column
+    return float(np.sqrt((dim - intercept) * scenario.data.feature_bound**2 + intercept))
 
 
 def _finite_bound(xi: float, scenario: Scenario) -> float:
@@ -135,10 +151,35 @@ def _check_budget(scenario: Scenario, owner: int, xi: float, answers: int, recor
     would be infinite (θ pinned to the box), not merely noisy."""
     if np.isfinite(2.0 * xi * answers / (records * epsilon)):
         return
+    raise ScenarioError(scenario.source, _owner_key(scenario, owner, "epsilon"), epsilon,
+                        "so small a budget makes the Laplace noise scale 2Ξm/(nε) infinite: no answer "
+                        "could carry information")
+
+
+def _owner_key(scenario: Scenario, owner: int, key: str) -> str:
+    """``owners.i.key`` when owner i's [[owners]] table sets it, else ``privacy.key``."""
     spec = scenario.owners[owner] if owner < len(scenario.owners) else None
-    key = f"owners.{owner}.epsilon" if spec is not None and spec.epsilon is not None else "privacy.epsilon"
-    raise ScenarioError(scenario.source, key, epsilon, "so small a budget makes the Laplace noise scale "
-                        "2Ξm/(nε) infinite: no answer could carry information")
+    own = spec is not None and getattr(spec, key) is not None
+    return f"owners.{owner}.{key}" if own else f"privacy.{key}"
+
+
+def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective, i: int, epsilon: float,
+               answers: int, xi: float, clip: float | None) -> DataOwner:
+    """Owner i as a protocol participant; an (ε, δ) no noise level reaches is a ScenarioError naming
+    the key of the budget (the calibration's search range is in dpmarket/accounting.py)."""
+    p = scenario.privacy
+    delta = scenario.owner_value(i, "delta")
+    _check_budget(scenario, i, xi, answers, int(consortium.sizes[i]), epsilon)
+    try:
+        return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss, epsilon, answers,
+                         xi, streams.stream(scenario.seed, "noise", i), clip, p.mechanism, p.accountant,
+                         delta)
+    except ValueError as exc:  # accounting.CalibrationError: deferred import, so match its base
+        if type(exc).__name__ != "CalibrationError":
+            raise
+        key = _owner_key(scenario, i, "epsilon")
+        where = f"δ from {_owner_key(scenario, i, 'delta')}, m = {answers} from privacy.split"
+        raise ScenarioError(scenario.source, key, epsilon, f"{exc} ({where})") from None
 
 
 def query_shares(scenario: Scenario, members: np.ndarray) -> np.ndarray:
@@ -169,9 +210,7 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
         eps = scenario.owner_value(i, "epsilon") if epsilons is None else float(epsilons[i])
         cap = answer_cap(scenario.privacy.split, T, share, scenario.owner_value(i, "cap"),
                          scenario.privacy.cap_quantile)
-        _check_budget(scenario, i, xi, cap, int(consortium.sizes[i]), eps)
-        owners.append(DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
-                                eps, cap, xi, streams.stream(scenario.seed, "noise", i), clip))
+        owners.append(make_owner(scenario, consortium, objective, i, eps, cap, xi, clip))
     return owners
 
 

@@ -143,11 +143,17 @@ class Model(_Strict):
 class Privacy(_Strict):
     """Owners' budgets and how each answer is made private.
 
-    ``clip = "auto"`` takes the L1 clip bound from public information: the ``clip_quantile`` of
+    ``clip = "auto"`` takes the clip bound from public information: the ``clip_quantile`` of
     the per-example gradient norms at the optimum of the public proxy (dpmarket/data/proxy.py).
+    ``mechanism`` is the noise (Laplace: L1 sensitivity; Gaussian: L2), ``accountant`` how an
+    owner's answers compose to (ε_i, δ_i) (dpmarket/privacy.py): ``basic`` (Theorem 1's even
+    split, pure ε-DP for Laplace), ``rdp`` or ``pld`` (Google's dp-accounting).
     """
 
     epsilon: PosFloat = 1.0
+    mechanism: Literal["laplace", "gaussian"] = "laplace"
+    delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = 0.0
+    accountant: Literal["basic", "rdp", "pld"] = "basic"
     split: Literal["horizon", "capped"] = "horizon"
     cap: PosInt | None = None
     cap_quantile: Annotated[float, Field(gt=0, lt=1)] = 0.999
@@ -218,6 +224,7 @@ class OwnerSpec(_Strict):
     name: str | None = None
     records: PosInt | None = None
     epsilon: PosFloat | None = None
+    delta: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] | None = None
     shift: NonNegFloat | None = None
     cap: PosInt | None = None
     clock_rate: PosFloat | None = None
@@ -356,7 +363,7 @@ class Scenario(_Strict):
         if value is not None:
             return value
         net = self.network
-        defaults = {"epsilon": self.privacy.epsilon, "shift": self.data.shift,
+        defaults = {"epsilon": self.privacy.epsilon, "delta": self.privacy.delta, "shift": self.data.shift,
                     "cap": self.privacy.cap, "name": None, "records": None,
                     "clock_rate": net.clock_rate, "channel": index % net.channels,
                     "mean_online": net.dropout.mean_online,
@@ -464,6 +471,7 @@ def _check_consistency(s: Scenario, source: str) -> None:
         fail("privacy.clip", _MISSING, "sensitivity = 'clip' needs the L1 bound privacy.clip")
     if p.sensitivity == "bounds" and p.clip is not None:
         fail("privacy.clip", p.clip, "only used with privacy.sensitivity = 'clip'")
+    _check_delta(s, fail)
     _check_network(s, fail)
     _check_market(s, fail)
     if p.split != "capped":
@@ -473,6 +481,22 @@ def _check_consistency(s: Scenario, source: str) -> None:
             if o.cap is not None:
                 fail(f"owners.{i}.cap", o.cap, "only used with privacy.split = 'capped'")
     _check_auto(s, fail)
+
+
+def _check_delta(s: Scenario, fail) -> None:
+    """δ = 0 is pure ε-DP, which only Laplace answers under basic composition give: the Gaussian
+    mechanism, and the RDP and PLD accountants, state their guarantees at some δ > 0."""
+    p = s.privacy
+    if p.mechanism == "laplace" and p.accountant == "basic":
+        return
+    why = ("the Gaussian mechanism" if p.mechanism == "gaussian" else
+           f"the {p.accountant!r} accountant") + " gives (ε, δ)-DP only for δ > 0"
+    if p.delta == 0:
+        fail("privacy.delta", 0.0, f"{why}: set privacy.delta (e.g. 1e-6), or use "
+             "privacy.mechanism = 'laplace' with privacy.accountant = 'basic' for pure ε-DP")
+    for i, o in enumerate(s.owners):
+        if o.delta == 0:
+            fail(f"owners.{i}.delta", 0.0, f"{why}: give this owner a δ > 0")
 
 
 def _check_auto(s: Scenario, fail) -> None:

@@ -16,8 +16,8 @@ Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
   data: shift_i²; a table's hold-out split: 1/n_i, sampling noise alone), because one proxy draw
   per owner is too noisy to tell owners apart;
 - **noise** V_S: each update moves the copies' mean by Nη·share_i·(gradient + w_i), w_i Laplace
-  with variance 2b_i² per coordinate, i asked with probability π_i, so per step the mean takes
-  noise of variance q = (Nη)² Σ_i π_i share_i² 2b_i², and in eigen-mode j after T steps
+  with variance 2b_i² per coordinate (Gaussian: σ_i²), i asked with probability π_i, so per step the
+  mean takes noise of variance q = (Nη)² Σ_i π_i share_i² 2b_i², and in eigen-mode j after T steps
   Var_j = q(1 − r_j^T)/(1 − r_j), r_j = (1 − ηh_j)². The published model is θ_L, not the mean:
   θ_L has just been averaged with the copy of the owner asked last, which carries that owner's
   whole last noise step ((N+1)² times q). Solving the stationary second moments of the copies'
@@ -31,6 +31,12 @@ Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
   S_S = Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter)/(2f*), with Γ_ij = E(v_jᵀg_i)²
   pooled from the proxy's owners like g_i. It is what remains of the noise-free ψ once the floor
   has decayed (small owners, owners that differ).
+
+With an RDP or PLD accountant, or Gaussian answers (dpmarket/accounting.py), the noise is not b_i =
+2Ξm_i/(n_iε_i) but z(m_i, ε_i, δ_i)·2Ξ/n_i, z the multiplier that makes m_i answers compose to
+(ε_i, δ_i), Ξ in the mechanism's norm; the noise term takes that z (from the shared interpolation
+tables, within 10⁻³ of the owners' exact calibration) in place of m_i/ε_i, so one market can be
+compared under basic and tight accounting. Owners sell ε at the scenario's δ_i.
 
 ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S, with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated law
 (``market.forecast = "law"``), or fitted to pilot runs on the public proxy (calibration.py).
@@ -47,7 +53,7 @@ import numpy as np
 
 from dpmarket.errors import ScenarioError
 from dpmarket.market.members import Prefixes, as_members
-from dpmarket.privacy import answer_caps
+from dpmarket.privacy import answer_caps, is_pure
 from dpmarket.stepsize import auto_rho, floor_law
 
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
@@ -73,6 +79,7 @@ class LawInputs:
     floor_weights: np.ndarray  # w_j of the floor law
     f_star: float  # f* of the proxy
     source: str  # the proxy these came from
+    noise: NoiseModel | None = None  # (ε, δ) answers; None: Laplace under basic composition (m_i/ε_i)
 
     @cached_property
     def rate_values(self) -> np.ndarray:
@@ -120,6 +127,33 @@ def cap_groups(inputs: LawInputs) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class NoiseModel:
+    """How owners' noise follows (m_i, ε_i) when it is not Theorem 1's m_i/ε_i: the mechanism, the
+    accountant and each owner's δ_i (dpmarket/accounting.py's tables give the multiplier z)."""
+
+    mechanism: str
+    accountant: str
+    deltas: np.ndarray  # δ_i per owner
+    reference_epsilon: float  # where procurement's noise weights are read (z² ∝ ε⁻² only roughly)
+
+    @property
+    def variance_factor(self) -> float:
+        """Per-coordinate variance over (z·Δ)², halved: 1 for Laplace (2b²), ½ for Gaussian (σ²);
+        the law's 8Ξ²/n² already holds Laplace's 2."""
+        return 1.0 if self.mechanism == "laplace" else 0.5
+
+    def squared(self, answers: np.ndarray, epsilons: np.ndarray,
+                deltas: np.ndarray | None = None) -> np.ndarray:
+        """variance_factor·z² per entry of (m, ε, δ) arrays (δ: the owners' δ_i, owners along the last
+        axis, unless given)."""
+        from dpmarket.accounting import multipliers
+
+        deltas = self.deltas if deltas is None else deltas
+        z = multipliers(self.mechanism, self.accountant, answers, epsilons, deltas)
+        return self.variance_factor * z * z
+
+
+@dataclass(frozen=True)
 class Coalitions:
     """Per coalition: its size, records, clock rates, ρ, η and the sums over its members the law needs.
 
@@ -136,6 +170,8 @@ class Coalitions:
     bias: np.ndarray  # (K, 2): Σ_S n_i²g_i, Σ_S n_i s_i g_i
     kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ_ij
     noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
+    members: object = None  # the coalitions (Masks or Prefixes), for (ε, δ) noise
+    epsilons: np.ndarray | None = None  # ε as given, for (ε, δ) noise
 
 
 def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
@@ -160,7 +196,8 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
                  members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
     rho = coalition_rho(inputs, owners, members.largest(records) / n)
     eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
-    return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise)
+    return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise, members,
+                      None if epsilons is None else np.asarray(epsilons, dtype=float))
 
 
 def clock_factor(inputs: LawInputs, c: Coalitions) -> np.ndarray:
@@ -194,10 +231,35 @@ def noise_per_step(inputs: LawInputs, c: Coalitions) -> np.ndarray:
 
     q = (Nη)² Σ_i π_i w_i² share_i² 2b_i², and share_i·b_i = 2Ξm_i/(n_S ε_i), so
     q = (Nη)² (8Ξ²/n_S²) F_S Σ_i a_i m_i² ε_i⁻², the sum taken per cap group (m shared, or a cap).
+    With (ε, δ) noise m_i/ε_i becomes z(m_i, ε_i, δ_i) (times ½ for the Gaussian's σ² against 2b²).
     """
-    total = np.sum(c.noise[:, :-1] * cap_grid(inputs, c) ** 2, axis=1) + c.noise[:, -1]
+    if inputs.noise is None:
+        total = np.sum(c.noise[:, :-1] * cap_grid(inputs, c) ** 2, axis=1) + c.noise[:, -1]
+    else:
+        total = composed_noise(inputs, c)
     scale = (c.owners * c.eta) ** 2 * 8.0 * inputs.sensitivity**2 / c.records**2
     return scale * clock_factor(inputs, c) * total
+
+
+def composed_noise(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """Σ_{i∈S} a_i·variance_factor·z(m_i, ε_i, δ_i)² per coalition, m_i as each member budgets it."""
+    masks = member_masks(c.members, len(inputs.clock_rates))
+    eps = np.broadcast_to(c.epsilons, masks.shape)
+    deltas = np.broadcast_to(inputs.noise.deltas, masks.shape)[masks]
+    values = inputs.noise.squared(caps_of(inputs, c)[masks], eps[masks], deltas)  # members only
+    per_owner = np.zeros(masks.shape)
+    per_owner[masks] = values
+    return per_owner @ owner_weights(inputs)
+
+
+def member_masks(members, owners: int) -> np.ndarray:
+    """The (K, N) membership of coalitions given as masks or as prefixes of orders."""
+    if not isinstance(members, Prefixes):
+        return members.masks
+    count, length = members.orders.shape
+    added = np.zeros((count, length, owners), bool)  # the player each prefix adds, one-hot
+    added[np.arange(count)[:, None], np.arange(length)[None, :], members.orders] = True
+    return np.logical_or.accumulate(added, axis=1).reshape(count * length, owners)
 
 
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -207,7 +269,11 @@ def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> 
     masks = np.atleast_2d(np.asarray(masks, dtype=bool))
     some = masks.any(axis=1)
     c = coalitions_of(inputs, np.asarray(records, dtype=float), np.where(some[:, None], masks, True))
-    weights = np.where(masks, owner_weights(inputs) * caps_of(inputs, c) ** 2, 0.0)
+    caps = caps_of(inputs, c)
+    if inputs.noise is not None:  # z² ε² at a reference ε stands for m²: z ∝ 1/ε only roughly
+        reference = inputs.noise.reference_epsilon
+        caps = np.sqrt(inputs.noise.squared(caps, np.full(caps.shape, reference))) * reference
+    weights = np.where(masks, owner_weights(inputs) * caps ** 2, 0.0)
     scale = weights.max(axis=1, keepdims=True)
     return weights / np.where(scale > 0, scale, 1.0)
 
@@ -284,8 +350,11 @@ class LawForecast:
 
     def describe(self) -> str:
         """The formula with its multipliers, for the terminal."""
+        noise = self.inputs.noise
+        args = "eps, m_i, N" if noise is None else (f"eps, delta, m_i, N: {noise.mechanism} answers, "
+                                                     f"{noise.accountant} accountant")
         return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias + selection) + {self.c2:.4g} x "
-                f"noise(eps, m_i, N) (law; public inputs from the {self.inputs.source})")
+                f"noise({args}) (law; public inputs from the {self.inputs.source})")
 
     def to_dict(self) -> dict:
         """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
@@ -328,9 +397,18 @@ def build_inputs(scenario, consortium, info=None) -> LawInputs:
                        scenario.model.regularization, sensitivity(scenario, consortium), p.split,
                        p.cap_quantile, None if lr.rho == "auto" else float(lr.rho), auto,
                        lr.weighting == "inverse_frequency", info.eigenvalues, info.floor_weights,
-                       info.f_star, info.source)
+                       info.f_star, info.source, noise_model(scenario, N))
     check_inputs(scenario, inputs, consortium.sizes)
     return inputs
+
+
+def noise_model(scenario, owners: int) -> NoiseModel | None:
+    """The scenario's (ε, δ) noise for the law, or None for Laplace answers under basic composition."""
+    p = scenario.privacy
+    if is_pure(p.mechanism, p.accountant):
+        return None
+    deltas = np.array([scenario.owner_value(i, "delta") for i in range(owners)], dtype=float)
+    return NoiseModel(p.mechanism, p.accountant, deltas, p.epsilon)
 
 
 def heterogeneity(scenario, sizes: np.ndarray, info) -> tuple[np.ndarray, np.ndarray]:
@@ -373,10 +451,18 @@ def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
     if not np.all(np.isfinite(rho) & (rho > 0)):
         raise ScenarioError(scenario.name, "learner.rho", scenario.learner.rho,
                             f"gives a step of {rho.min()!r} for some coalition: give a positive number")
+    key = "market.epsilon_min" if scenario.market else "privacy.epsilon"
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported below, naming the key
-        free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
+        try:
+            free, noise = LawForecast(inputs).terms(smallest_epsilons(scenario, N), sizes, masks)
+        except ValueError as exc:  # accounting.CalibrationError (deferred import): no noise reaches (ε, δ)
+            if type(exc).__name__ != "CalibrationError":
+                raise
+            section, _, name = key.partition(".")
+            raise ScenarioError(scenario.name, key, getattr(getattr(scenario, section), name),
+                                f"the forecast's noise term: {exc}") from None
     finite(free, "learner.rho", scenario, "noise-free term")
-    finite(noise, "market.epsilon_min" if scenario.market else "privacy.epsilon", scenario, "noise term")
+    finite(noise, key, scenario, "noise term")
 
 
 def smallest_epsilons(scenario, owners: int) -> np.ndarray:
