@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from dpmarket import __version__
-from dpmarket.errors import DPMarketError
+from dpmarket.errors import DPMarketError, one_line
 from dpmarket.processes import exit_status, sigterm_as_interrupt
 
 
@@ -101,7 +101,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
-        print(f"dpmarket: error: {exc}", file=sys.stderr)
+        print(f"dpmarket: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as stop:
         print("dpmarket: interrupted; nothing was written", file=sys.stderr)

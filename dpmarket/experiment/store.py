@@ -24,7 +24,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from dpmarket import files, processes
-from dpmarket.errors import DPMarketError, RunDirectoryError
+from dpmarket.errors import DPMarketError, RunDirectoryError, one_line
 from dpmarket.files import first_difference
 
 IDENTITY = "experiment.json"
@@ -126,7 +126,7 @@ def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
 
 def warn(text: str) -> None:
     """One warning line on stderr."""
-    print(f"dpmarket: warning: {text}", file=sys.stderr)
+    print(f"dpmarket: warning: {one_line(text)}", file=sys.stderr)
 
 
 class Store:
