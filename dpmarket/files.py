@@ -160,16 +160,18 @@ def _inside(path: Path, directory: Path) -> bool:
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(temp)`` on a hidden sibling of ``path``, then rename it over ``path``: a
-    reader never sees half a file, and a failure leaves ``path`` as it was."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        as_if_created(temp)
-        write(Path(temp))
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    reader never sees half a file, and a failure leaves ``path`` as it was. A failing file
+    system (full disk, permissions…) is one :class:`RunDirectoryError` naming ``path``."""
+    with writing(path):
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            as_if_created(temp)
+            write(Path(temp))
+            os.replace(temp, path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
 
 
 def first_difference(a: Any, b: Any, where: str = "") -> str | None:

@@ -324,6 +324,15 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tmp_path, monke
     assert main(sweep_args(path, out)) == 0 and (out / "sweep.csv").is_file()
 
 
+def test_a_failing_atomic_write_is_one_error_naming_the_file_and_keeps_the_old_one(tmp_path):
+    target = tmp_path / "f.json"
+    target.write_text("old")
+    with pytest.raises(RunDirectoryError) as caught:
+        files.write_atomic(target, full_disk)
+    assert str(caught.value) == f"{target}: cannot write: {NO_SPACE}"
+    assert target.read_text() == "old" and list(tmp_path.iterdir()) == [target]
+
+
 def test_a_file_size_limit_reached_while_writing_events_is_one_line(tmp_path):
     """A real write failure (EFBIG under RLIMIT_FSIZE: no root needed) while events.csv streams."""
     out = tmp_path / "run"
