@@ -1,7 +1,7 @@
 """An experiment's output directory: its identity, one file per finished replication, atomic writes.
 
 Long experiments must survive Ctrl-C and killed workers, so the directory is filled as work
-completes rather than staged and renamed like a single run's (:func:`dpmarket.results.run_directory`):
+completes rather than staged and renamed like a single run's (:func:`dpmarket.directories.run_directory`):
 
 - ``experiment.json`` — what the experiment is (kind, resolved base scenario, grid). Re-running
   into the same directory continues that experiment; a different one is refused with one line.
