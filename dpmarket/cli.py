@@ -5,20 +5,68 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 
 from dpmarket import __version__
 from dpmarket.errors import DPMarketError, one_line
 from dpmarket.processes import exit_status, sigterm_as_interrupt
 
+SCENARIO_HELP = ("a scenario file (TOML), or the name of a bundled example such as ny_hospitals "
+                 "(`dpmarket scenarios` lists them)")
+EXAMPLES = {
+    "": """examples:
+  dpmarket scenarios                         the bundled examples, with what each shows
+  dpmarket run ny_hospitals                  run one (writes outputs/ny_hospitals-seed2015/)
+  dpmarket run my.toml --set privacy.epsilon=100
+  dpmarket COMMAND --help                    a command's options and examples""",
+    "run": """examples:
+  dpmarket run ny_hospitals
+  dpmarket run scenarios/ny_hospitals.toml --seed 3 --out outputs/ny-3
+  dpmarket run many_banks --set data.owners=50 --set privacy.epsilon=2.5
+  dpmarket run lending_banks --replications 20 --workers 2""",
+    "sweep": """examples:
+  dpmarket sweep lending_banks --grid privacy.epsilon=1,10,100 --replications 10
+  dpmarket sweep many_banks --grid data.owners=2,10,50 --grid privacy.epsilon=10,100 --workers 2""",
+    "validate": """examples:
+  dpmarket validate ny_hospitals                       every key, defaults filled in
+  dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
+    "timeline": """examples:
+  dpmarket timeline outputs/ny_hospitals-seed2015
+  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5""",
+    "forecast": """examples:
+  dpmarket forecast banks_market
+  dpmarket forecast ny_hospitals --set market.price=10""",
+    "market": """examples:
+  dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
+  dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2""",
+    "scenarios": """examples:
+  dpmarket scenarios
+  dpmarket validate ny_hospitals > my.toml      a resolved copy to edit, then: dpmarket run my.toml""",
+}
+
+
+def _formatter(prog: str) -> argparse.HelpFormatter:
+    """Examples keep their lines (descriptions are wrapped by :func:`_command`)."""
+    return argparse.RawDescriptionHelpFormatter(prog)
+
+
+def _command(sub, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand with its one-line summary (in ``dpmarket --help``), description and examples."""
+    return sub.add_parser(name, help=summary, description=textwrap.fill(description, 78),
+                          epilog=EXAMPLES[name], formatter_class=_formatter)
+
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpmarket", description=(
-        "Simulate private, asynchronous data collaborations (DP gradient queries)."))
+        "Simulate private, asynchronous data collaborations (DP gradient queries)."),
+        epilog=EXAMPLES[""], formatter_class=_formatter)
     parser.add_argument("--version", action="version", version=f"dpmarket {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a scenario and write a run directory")
-    run.add_argument("scenario", type=Path)
+    run = _command(sub, "run", "run a scenario and write a run directory", (
+        "Run a scenario: data, market (if any), training; write a run directory (tables, "
+        "figures, report.html). With --replications, R runs on derived seeds, resumable."))
+    run.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
     run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
@@ -26,8 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--replications", type=int, metavar="R",
                      help="run R independent replications (seeds derived from the run seed)")
     _add_executor(run)
-    sweep = sub.add_parser("sweep", help="run a grid of scenarios, each replicated, into sweep.csv")
-    sweep.add_argument("scenario", type=Path)
+    sweep = _command(sub, "sweep", "run a grid of scenarios, each replicated, into sweep.csv", (
+        "Run every combination of the --grid values, each cell replicated on the same seeds "
+        "(common random numbers); resumable: the same command continues where it stopped."))
+    sweep.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
     sweep.add_argument("--grid", action="append", required=True, metavar="KEY=V1,V2,...",
                        help="a swept scenario key and its values (repeatable: the grid is the product)")
     sweep.add_argument("--replications", type=int, default=1, metavar="R",
@@ -37,27 +87,43 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_set(sweep)
     _add_executor(sweep)
-    check = sub.add_parser("validate", help="check a scenario file and print it resolved")
-    check.add_argument("scenario", type=Path)
+    check = _command(sub, "validate", "check a scenario file and print it resolved", (
+        "Check a scenario (with its --set overrides) and print it fully resolved: every default "
+        "filled in. A problem is one line naming the file, the key and the value (exit status 2)."))
+    check.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
     check.add_argument("--quiet", action="store_true", help="print nothing when valid")
     _add_set(check)
-    line = sub.add_parser("timeline", help="summarise and draw a run's communication timeline")
-    line.add_argument("run_dir", type=Path)
+    line = _command(sub, "timeline", "summarise and draw a run's communication timeline", (
+        "Print a run's per-owner communication summary and channel load, and redraw its "
+        "timeline.png for the owners and time window chosen."))
+    line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
     line.add_argument("--to", dest="t1", type=float, help="end of the time window")
-    fc = sub.add_parser("forecast", help="forecast psi and each owner's benefit, without training")
-    fc.add_argument("scenario", type=Path)
+    fc = _command(sub, "forecast", "forecast psi and each owner's benefit, without training", (
+        "Print the forecast psi of the owners that would take part (under the scenario's market, "
+        "or at their budgets) and whether each owner is forecast to benefit; no training run."))
+    fc.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
     fc.add_argument("--seed", type=int, help="override the scenario's seed")
     fc.add_argument("--recalibrate", action="store_true", help="rerun the pilots, ignore the cache")
+    fc.add_argument("--quiet", action="store_true", help="no progress on stderr")
     _add_set(fc)
-    mk = sub.add_parser("market", help="compare compensation policies on common random numbers")
-    mk.add_argument("scenario", type=Path)
+    mk = _command(sub, "market", "compare compensation policies on common random numbers", (
+        "Settle each policy on the scenario's [market] (same owners, costs and forecast) and train "
+        "each outcome on the same seeds; write policies.csv, market.csv, figures and report.html."))
+    mk.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP + "; it needs a [market] section")
     mk.add_argument("--policies", required=True, help="comma-separated policies, e.g. posted_price,auction")
-    mk.add_argument("--replications", type=_positive, default=1, help="training runs per policy")
+    mk.add_argument("--replications", type=_positive, default=1, metavar="R",
+                    help="training runs per policy (default 1)")
     mk.add_argument("--out", type=Path, help="output directory (default outputs/NAME-market)")
     mk.add_argument("--seed", type=int, help="override the scenario's seed")
+    mk.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    mk.add_argument("--workers", type=_positive, default=1, metavar="N",
+                    help="worker processes for the training runs (default 1; results do not depend on it)")
     _add_set(mk)
+    _command(sub, "scenarios", "list the bundled example scenarios", (
+        "List the example scenarios that come with dpmarket, with their descriptions. Any command "
+        "taking a scenario accepts one of these names in place of a file, from any directory."))
     return parser
 
 
@@ -97,6 +163,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _forecast(args)
         if args.command == "market":
             return _market(args)
+        if args.command == "scenarios":
+            return _scenarios()
         if args.command == "sweep" or args.replications is not None:
             return _experiment(args)
         return _run(args)
@@ -114,12 +182,13 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace):
+    from dpmarket.bundled import find
     from dpmarket.scenario import load
 
     overrides = list(args.overrides)
     if getattr(args, "seed", None) is not None:
         overrides.append(f"seed={args.seed}")
-    return load(args.scenario, overrides)
+    return load(find(args.scenario), overrides)  # a file, else a bundled example's name
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -156,7 +225,7 @@ def _timeline(args: argparse.Namespace) -> int:
 def _forecast(args: argparse.Namespace) -> int:
     from dpmarket.market import preview
 
-    print(preview.report(_load(args), args.recalibrate))
+    print(preview.report(_load(args), args.recalibrate, progress=not args.quiet))
     return 0
 
 
@@ -169,9 +238,17 @@ def _market(args: argparse.Namespace) -> int:
     what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications))
     out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
     directories.check(out, what)  # before the work: another comparison's results are never replaced
-    comparison = compare.compare(scenario, policies, args.replications)
+    comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
+                                 progress=not args.quiet)
     rows = compare.write(comparison, out)
     print(compare.table(rows, out, comparison.forecast_source))
+    return 0
+
+
+def _scenarios() -> int:
+    from dpmarket.bundled import listing
+
+    print(listing())
     return 0
 
 
@@ -180,7 +257,7 @@ def _experiment(args: argparse.Namespace) -> int:
     from dpmarket.experiment import command
 
     sweep = args.command == "sweep"
-    job = command.Job(args.scenario, _load(args), args.grid if sweep else [], args.replications,
+    job = command.Job(Path(args.scenario), _load(args), args.grid if sweep else [], args.replications,
                       args.out, args.executor, args.workers, args.scheduler, not args.quiet)
     plan, out, how = command.plan(job)
     try:

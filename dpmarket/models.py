@@ -12,6 +12,7 @@ losses keep the records and cost O(n_i p) per query.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -219,6 +220,7 @@ class Objective:
         self.n = int(self.sizes.sum())
         self.p = int(owners[0].stats.A.shape[0]) if owners[0].stats else owners[0].Z.shape[1]
         self._total = _pooled_stats(owners) if loss.name == "squared" else None
+        self._theta_star: np.ndarray | None = None  # solved on first use (see optimum)
 
     @property
     def sigma(self) -> float:
@@ -252,18 +254,30 @@ class Objective:
         data = sum(self.owners[i].n * self.loss.mean_grad(theta, self.owners[i]) for i in idx)
         return 2.0 * self.lam * theta + data / n
 
-    def minimize(self, owners: list[int] | None = None) -> np.ndarray:
-        """argmin over Θ of f (or of the objective restricted to ``owners``), non-private."""
+    def minimize(self, owners: list[int] | None = None,
+                 on_iteration: Callable[[], object] | None = None) -> np.ndarray:
+        """argmin over Θ of f (or of the objective restricted to ``owners``), non-private.
+
+        ``on_iteration`` is called after each iteration of an iterative solver (progress only;
+        the exact ridge solve has none).
+        """
         if self.loss.name == "squared":
             return _ridge_box(self, owners)
-        if self.loss.name == "hinge":
-            return _hinge_box(self, owners)
-        return _smooth_box(self, owners)
+        with one_blas_thread():
+            if self.loss.name == "hinge":
+                return _hinge_box(self, owners, on_iteration)
+            return _smooth_box(self, owners, on_iteration=on_iteration)
 
-    @cached_property
+    def optimum(self, on_iteration: Callable[[], object] | None = None) -> np.ndarray:
+        """θ*, solved on the first call (``on_iteration`` as in :meth:`minimize`) and kept."""
+        if self._theta_star is None:
+            self._theta_star = self.minimize(on_iteration=on_iteration)
+        return self._theta_star
+
+    @property
     def theta_star(self) -> np.ndarray:
         """The non-private optimum θ* over Θ."""
-        return self.minimize()
+        return self.optimum()
 
     @cached_property
     def f_star(self) -> float:
@@ -278,9 +292,17 @@ class Objective:
         """ψ at each row of ``thetas``."""
         return self.values(thetas) / self.f_star - 1.0
 
-    def own_data_models(self) -> np.ndarray:
-        """θ_i*: each owner's non-private model trained on its own records alone, shape (N, p)."""
-        return np.array([self.minimize([i]) for i in range(len(self.owners))])
+    def own_data_models(self, on_model: Callable[[], object] | None = None) -> np.ndarray:
+        """θ_i*: each owner's non-private model trained on its own records alone, shape (N, p).
+
+        ``on_model`` is called after each owner's model (progress only).
+        """
+        models = []
+        for i in range(len(self.owners)):
+            models.append(self.minimize([i]))
+            if on_model is not None:
+                on_model()
+        return np.array(models)
 
 
 def _pooled_stats(owners: list[OwnerData]) -> SquaredStats:
@@ -316,8 +338,18 @@ def _ridge_box(obj: Objective, owners: list[int] | None) -> np.ndarray:
     return res.x
 
 
+def one_blas_thread():
+    """A context in which BLAS uses one thread. The solvers' products are matrix-vector products
+    of n × p records with p ≈ 10: OpenBLAS's threads make them slower (0.9 ms single-threaded
+    against 18 ms for 90,000 × 11 records with a second process on the other core, spinning
+    threads included), and the threads' split of the sums would make θ* depend on the cores."""
+    from threadpoolctl import threadpool_limits  # deferred: only record-based losses need it
+
+    return threadpool_limits(1, user_api="blas")
+
+
 def _smooth_box(obj: Objective, owners: list[int] | None, x0: np.ndarray | None = None,
-                loss_fn=None) -> np.ndarray:
+                loss_fn=None, on_iteration: Callable[[], object] | None = None) -> np.ndarray:
     """Minimise a smooth objective over the box with L-BFGS-B (scipy), to tight tolerances."""
     from scipy import optimize  # deferred: slow to import, needed only here
 
@@ -328,6 +360,7 @@ def _smooth_box(obj: Objective, owners: list[int] | None, x0: np.ndarray | None 
     bounds = [(-obj.theta_max, obj.theta_max)] * obj.p
     res = optimize.minimize(fun if loss_fn is None else loss_fn, start, jac=True,
                             method="L-BFGS-B", bounds=bounds,
+                            callback=None if on_iteration is None else (lambda *_: on_iteration()),
                             options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-12})
     return res.x
 
@@ -343,7 +376,8 @@ def _stacked(obj: Objective, owners: list[int] | None) -> tuple[np.ndarray, int]
     return y[:, None] * Z, len(y)
 
 
-def _hinge_box(obj: Objective, owners: list[int] | None) -> np.ndarray:
+def _hinge_box(obj: Objective, owners: list[int] | None,
+               on_iteration: Callable[[], object] | None = None) -> np.ndarray:
     """Hinge optimum over the box by smoothing continuation, certified by a duality gap.
 
     The hinge max(0, m) of the margin deficit m = 1 − y zᵀθ is replaced by its Huber smoothing
@@ -358,7 +392,7 @@ def _hinge_box(obj: Objective, owners: list[int] | None) -> np.ndarray:
             d = np.clip(m / h, 0.0, 1.0)  # derivative of the smoothed hinge in m
             value = np.where(m > h, m - h / 2, 0.5 * m * d)
             return lam * t @ t + value.sum() / n, 2 * lam * t - (d @ YZ) / n
-        theta = _smooth_box(obj, owners, x0=theta, loss_fn=fun)
+        theta = _smooth_box(obj, owners, x0=theta, loss_fn=fun, on_iteration=on_iteration)
     return theta
 
 

@@ -23,11 +23,12 @@ def _paint(kind: str, data, path: str) -> None:
     if kind == "topology":
         from dpmarket.sim import topology
 
-        draw = data.pop("draw")
+        graphml, draw, load = data.pop("graphml"), data.pop("draw"), data.pop("load")
         graph = topology.build(**data)
-        topology.save(graph, Path(path) / "topology.graphml")
+        if graphml:
+            topology.save(graph, Path(path) / "topology.graphml")
         if draw:
-            topology.draw(graph, Path(path) / "topology.png")
+            topology.draw(graph, Path(path) / "topology.png", load)
     else:
         from dpmarket import plots as figures  # deferred: matplotlib is slow to import
 

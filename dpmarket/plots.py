@@ -13,8 +13,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
-from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from dpmarket.axes import integer_ticks, label_log  # noqa: E402
 
 # No timestamps or versions in the files: the same run gives the same bytes.
 _METADATA = {"Software": None}
@@ -49,22 +50,21 @@ def _save(fig: Figure, path: Path) -> None:
 
 
 def psi_against_k(data: RunFigures, path: Path) -> None:
-    """ψ(θ_L,k) on a log axis against the iteration k, with the median own-data ψ for scale and
-    ψ of the untrained model θ = 0, below which training has to go to be worth anything."""
+    """ψ of the learner's published model on a log axis against the iteration k, with the median
+    own-data ψ for scale and ψ of the untrained model θ = 0, below which training has to go to be
+    worth anything. Legends in words: a reader need not know the papers' θ_L,k."""
     fig = Figure(figsize=(6.4, 4.0))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.9)
     ax = fig.subplots()
     points = [(k, p) for k, p in zip(data.k, data.psi, strict=True) if p > 0]
     if points:
-        ax.semilogy(*zip(*points, strict=True), color="black", lw=1.4, label="ψ(θ_L,k)")
+        ax.semilogy(*zip(*points, strict=True), color="black", lw=1.4, label="the learner's model")
     ax.axhline(data.own_psi_median, color="tab:blue", ls="--", lw=1,
-               label="median own-data ψ(θ_i*)")
+               label="an owner's model on its own data (median)")
     if data.psi_zero > 0:  # ψ(0) = 0 only when θ* = 0: nothing to draw on a log axis
         ax.axhline(data.psi_zero, color="tab:red", ls=":", lw=1.4, label="untrained model θ = 0")
     ax.set_yscale("log")
-    # Plain "1e-02" tick labels: mathtext ones double the drawing time of this figure.
-    ax.yaxis.set_major_formatter(ticker.LogFormatter())
-    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+    label_log(ax, "y")
     ax.set_xlabel("iteration k")
     ax.set_ylabel("relative fitness ψ")
     ax.set_title(data.title, fontsize=10)
@@ -89,7 +89,8 @@ def owner_sequence(data: RunFigures, path: Path) -> None:
                           cmap="Greys", extent=(1, len(k), 0.5, data.owners + 0.5), rasterized=True)
         fig.colorbar(image, ax=ax, label="updates per cell", pad=0.01)
     ax.set_xlabel("iteration k")
-    ax.set_ylabel("owner i_k")
+    ax.set_ylabel("owner served (1…N)")
     ax.set_ylim(0.5, data.owners + 0.5)
+    integer_ticks(ax.yaxis)
     ax.set_title(f"{data.title}: owner of each update", fontsize=10)
     _save(fig, path)

@@ -33,11 +33,15 @@ body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2e
        max-width: 70em; padding: 0 1em; color: #222; line-height: 1.4; }
 h1 { font-size: 1.5em; border-bottom: 1px solid #ccc; padding-bottom: .2em; }
 h2 { font-size: 1.2em; margin-top: 1.6em; }
-table { border-collapse: collapse; font-size: .85em; margin: .4em 0 1em; }
+div.scroll { overflow-x: auto; max-width: 100%; margin: .4em 0 1em; }
+table { border-collapse: collapse; font-size: .85em; }
 caption { text-align: left; font-weight: bold; padding: .3em 0; }
 th, td { border: 1px solid #ddd; padding: .2em .5em; text-align: right; }
 th { background: #f3f3f3; }
 td.text { text-align: left; }
+table.facts { font-size: 1em; }
+table.facts th { text-align: left; font-weight: normal; }
+table.facts td { text-align: left; }
 figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #555; }
@@ -70,13 +74,24 @@ class Table:
 
 @dataclass(frozen=True)
 class Figure:
-    """A PNG file, embedded in the page as base64."""
+    """A PNG figure embedded in the page as base64: a file's path, or the PNG's bytes (a figure
+    drawn in memory, e.g. ``fig.savefig(buffer, format="png")``)."""
 
     caption: str
-    path: Path
+    path: Path | str | bytes
 
 
-Block = Heading | Text | Table | Figure
+@dataclass(frozen=True)
+class Facts:
+    """A short two-column table of labelled values (a page's key figures), every row shown."""
+
+    caption: str
+    rows: Sequence[tuple[str, str]]
+
+
+Block = Heading | Text | Table | Figure | Facts
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def write_report(directory: Path, title: str, blocks: list[Block]) -> Path:
@@ -112,6 +127,8 @@ def _render_block(block: Block) -> str:
         return _render_table(block)
     if isinstance(block, Figure):
         return _render_figure(block)
+    if isinstance(block, Facts):
+        return _render_facts(block)
     raise TypeError(f"not a report block: {block!r}")
 
 
@@ -120,9 +137,10 @@ def _render_table(table: Table) -> str:
     columns, rows = _columns_and_rows(table.frame)
     shown = rows[: table.max_rows]
     head = "".join(f"<th>{_esc(str(c))}</th>" for c in columns)
-    lines = ["<table>", f"<caption>{_esc(table.caption)}</caption>", f"<tr>{head}</tr>"]
+    # The box scrolls sideways, not the page: an 86-row, 25-column owners table stays inside it.
+    lines = ['<div class="scroll"><table>', f"<caption>{_esc(table.caption)}</caption>", f"<tr>{head}</tr>"]
     lines += ["<tr>" + "".join(_cell(v) for v in row) + "</tr>" for row in shown]
-    lines.append("</table>")
+    lines.append("</table></div>")
     if len(rows) > len(shown):
         lines.append(f'<p class="note">First {len(shown)} of {len(rows)} rows shown.</p>')
     return "\n".join(lines)
@@ -149,12 +167,13 @@ def _is_numpy_number(value: Any) -> bool:
 
 
 def format_value(value: Any) -> str:
-    """A short, deterministic text form: 6 significant digits for floats, lists abbreviated."""
+    """A short, deterministic text form: 6 significant digits for floats, lists abbreviated; a
+    missing value (None, NaN: an empty CSV field, a statistic of one sample) is an empty cell."""
     if isinstance(value, bool) or value is None:
         return "" if value is None else str(value)
     if isinstance(value, float) or (_is_numpy_number(value) and value.dtype.kind == "f"):
         v = float(value)
-        return "nan" if math.isnan(v) else f"{v:.6g}"
+        return "" if math.isnan(v) else f"{v:.6g}"
     if isinstance(value, list | tuple):
         items = [format_value(v) for v in value[:8]]
         return "[" + ", ".join(items) + (", …" if len(value) > 8 else "") + "]"
@@ -162,9 +181,19 @@ def format_value(value: Any) -> str:
 
 
 def _render_figure(figure: Figure) -> str:
-    data = base64.b64encode(Path(figure.path).read_bytes()).decode("ascii")
+    png = figure.path if isinstance(figure.path, bytes) else Path(figure.path).read_bytes()
+    if not png.startswith(PNG_SIGNATURE):
+        where = "the bytes given" if isinstance(figure.path, bytes) else str(figure.path)
+        raise ValueError(f"figure {figure.caption!r}: {where} are not a PNG image")
+    data = base64.b64encode(png).decode("ascii")
     return (f'<figure><img alt="{_esc(figure.caption)}" src="data:image/png;base64,{data}">'
             f"<figcaption>{_esc(figure.caption)}</figcaption></figure>")
+
+
+def _render_facts(facts: Facts) -> str:
+    rows = "".join(f'<tr><th scope="row">{_esc(k)}</th><td>{_esc(v)}</td></tr>' for k, v in facts.rows)
+    caption = f"<caption>{_esc(facts.caption)}</caption>"
+    return f'<div class="scroll"><table class="facts">{caption}{rows}</table></div>'
 
 
 def _esc(text: str) -> str:
@@ -175,15 +204,17 @@ def _esc(text: str) -> str:
 
 # Run figures, in the order shown, with their captions (drawn by dpmarket.plots / topology).
 RUN_FIGURES = (
-    ("psi.png", "ψ(θ_L,k) against the iteration k (log scale), with the median own-data ψ (dashed) "
-                "and ψ of the untrained model θ = 0 (dotted)."),
+    ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
+                "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
     ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
-    ("topology.png", "The network: learner, channels and owners."),
+    ("topology.png", "The network: learner, channels and owners (dot area: records; colour: exchanges), "
+                     "with each channel's utilisation and collisions."),
 )
 
 
 def run_report(result: RunResult, directory: Path, plots: bool | None = None) -> Path:
-    """``report.html`` of one run: summary, owners, and the figures already in ``directory``.
+    """``report.html`` of one run: the headline, the figures already in ``directory``, the owners,
+    then every value of summary.json.
 
     ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``).
     ``wall_seconds`` is left out so that the page, like every other file but
@@ -194,20 +225,53 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
     directory = Path(directory)
     facts = {k: v for k, v in summary(result).items() if k != "wall_seconds"}
     owners = owner_rows(result)
+    budgets = sorted({o.epsilon for o in result.owners})
     blocks: list[Block] = [
         Text(yardstick_text(facts)),
         Text(result.scenario.description or ""),
-        Heading("Summary"),
-        Table("summary.json (wall time left out)", [{"key": k, "value": v} for k, v in facts.items()],
-              max_rows=len(facts)),
+        Facts("Key figures", key_figures(facts, budgets)),
+        Heading("Figures"),
+        *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
         Heading("Owners"),
         Table(f"owners.csv: {facts['owners_benefiting']} of {len(owners)} owners benefit "
               "(ψ of the collaborative model below their own-data ψ)", owners, max_rows=100),
-        Heading("Figures"),
-        *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
+        Heading("Summary"),
+        _facts_table("summary.json (wall time left out)", facts),
     ]
     return write_report(directory, f"dpmarket run: {result.scenario.name} (seed {result.scenario.seed})",
                         blocks)
+
+
+def key_figures(facts: Mapping[str, Any], budgets: Sequence[float]) -> list[tuple[str, str]]:
+    """The run's headline as (label, value) rows: ψ against ψ(θ = 0), who benefits, ε spent against
+    the budgets, iterations, and the network's and the market's figures when there are any
+    (``facts``: summary.json; ``budgets``: the participants' distinct ε)."""
+    eps = f"{budgets[0]:g}" if len(budgets) == 1 else f"{budgets[0]:g}…{budgets[-1]:g}"
+    rows = [
+        ("ψ final (the trained model)", f"{facts['psi_final']:.4g}"),
+        ("ψ(θ = 0) (the untrained model, the yardstick)", f"{facts['psi_zero']:.4g}"),
+        ("owners benefiting", f"{facts['owners_benefiting']} of {facts['owners']} (collaborative ψ below "
+                              f"their own-data ψ; median own-data ψ {facts['own_psi_median']:.4g})"),
+        ("ε spent", f"at most {facts['epsilon_spent_max']:.4g} by any owner (budgets ε = {eps})"),
+        ("iterations", f"{facts['iterations']} of {facts['iterations_planned']} (stopped by "
+                       f"{facts['stop_reason']}); {facts['queries']} queries, {facts['refusals']} refusals"),
+        ("network", _network_figures(facts)),
+    ]
+    if "policy" in facts:
+        rows.append(("market", f"{facts['policy']}: {facts['participants']} of {facts['owners']} owners "
+                               f"take part; total payment {facts['total_payment']:.4g}; ψ forecast "
+                               f"{facts['psi_forecast']:.4g} against {facts['psi_simulated']:.4g} simulated"))
+    return rows
+
+
+def _network_figures(facts: Mapping[str, Any]) -> str:
+    """Collisions, losses, dropouts (and idle slots, channel use) of a network run."""
+    if facts["network_mode"] == "ideal":
+        return "ideal: every clock tick is an instant, lossless exchange"
+    use = ", ".join(f"{u:.1%}" for u in facts["channel_utilisation"][:8])
+    more = " …" if len(facts["channel_utilisation"]) > 8 else ""
+    return (f"{facts['network_mode']}: {facts['collisions']} collisions, {facts['losses']} losses, "
+            f"{facts['dropouts']} dropouts, {facts['idle_slots']} idle slots; channel use {use}{more}")
 
 
 def yardstick_text(facts: Mapping[str, Any]) -> str:
@@ -234,15 +298,11 @@ def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:
 
 def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict,
                  figures: list[Path], note: str = "") -> Path:
-    """``report.html`` of a sweep: grid and forecast fit, the figures, sweep.csv, sweep_owners.csv.
-
-    ``meta`` is shown as given, minus ``wall_seconds``; ``note`` says what else was left out.
+    """``report.html`` of a sweep: the forecast fit, the figures, sweep.csv, sweep_owners.csv, then
+    sweep.json (as given, minus ``wall_seconds``); ``note`` says what else was left out.
     """
     fit = meta.get("forecast") or {}
     blocks: list[Block] = [
-        Heading("Set-up"),
-        _facts_table("sweep.json", {k: v for k, v in meta.items() if k != "wall_seconds"}),
-        *([Text(note)] if note else []),
         Text(_forecast_text(fit)),
         Heading("Figures"),
         *_figure_blocks(figures),
@@ -251,6 +311,9 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
         Heading("Owners"),
         Table("sweep_owners.csv: own-data ψ of every owner against its cell's median ψ", owners,
               max_rows=200),
+        Heading("Set-up"),
+        _facts_table("sweep.json", {k: v for k, v in meta.items() if k != "wall_seconds"}),
+        *([Text(note)] if note else []),
     ]
     return write_report(directory, title, blocks)
 
@@ -258,27 +321,59 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
 def replications_report(directory: Path, title: str, replications: pd.DataFrame,
                         figures: list[Path], summary: dict | None = None,
                         owners: pd.DataFrame | None = None, note: str = "") -> Path:
-    """``report.html`` of ``run --replications``: ψ at the end, the band figure, summary.json
-    (minus ``wall_seconds``), replications.csv and owners.csv."""
+    """``report.html`` of ``run --replications``: ψ at the end, the band figure, replications.csv,
+    owners.csv, then summary.json (minus ``wall_seconds``)."""
     psi = replications["psi_final"]
     facts = {k: v for k, v in (summary or {}).items() if k != "wall_seconds"}
     blocks: list[Block] = [
         Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
              f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
         *_figure_blocks(figures),
-        *([Heading("Summary"), _facts_table("summary.json", facts)] if facts else []),
-        *([Text(note)] if note else []),
         Heading("Replications"),
         Table("replications.csv: one row per replication", replications, max_rows=200),
         *([Heading("Owners"), Table("owners.csv: own-data ψ and the share of replications in which the "
                                     "owner benefits", owners, max_rows=100)] if owners is not None else []),
+        *([Heading("Summary"), _facts_table("summary.json", facts)] if facts else []),
+        *([Text(note)] if note else []),
     ]
     return write_report(directory, title, blocks)
 
 
 def _facts_table(caption: str, facts: Mapping[str, Any]) -> Table:
-    """A JSON document's top-level keys and values (nested ones as compact text), all rows shown."""
-    return Table(caption, [{"key": k, "value": _plain(v)} for k, v in facts.items()], max_rows=len(facts))
+    """A JSON document as a table of every value: nested objects flattened to dotted keys
+    (``forecast.c0``), values as the strict JSON file holds them (``null`` for a number that is
+    not finite, ``true``/``false``), long lists abbreviated."""
+    rows = [{"key": k, "value": v} for k, v in flatten(facts)]
+    return Table(caption, rows, max_rows=len(rows))
+
+
+def flatten(document: Mapping[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """(dotted key, JSON text) for every leaf of ``document``; lists stay one value each."""
+    rows: list[tuple[str, str]] = []
+    for key, value in document.items():
+        if isinstance(value, Mapping) and value:
+            rows += flatten(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", json_text(value)))
+    return rows
+
+
+def json_text(value: Any) -> str:
+    """``value`` as strict JSON would show it, numbers to 6 significant digits, lists cut at 8."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    if _is_numpy_number(value):
+        value = value.item()
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}" if math.isfinite(value) else "null"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {json_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        items = [json_text(v) for v in value[:8]]
+        return "[" + ", ".join(items) + (", …" if len(value) > 8 else "") + "]"
+    return str(value)
 
 
 def _figure_blocks(figures: list[Path]) -> list[Block]:
@@ -291,40 +386,44 @@ def _figure_blocks(figures: list[Path]) -> list[Block]:
 def market_report(directory: Path, title: str, summary: dict, policies: Sequence[Mapping[str, Any]],
                   market: Sequence[Mapping[str, Any]], figures: list[Path],
                   owners_per_policy: int = 25) -> Path:
-    """``report.html`` of a policy comparison: summary, policies.csv, both figures, and market.csv
-    trimmed to the first ``owners_per_policy`` owners of every policy (the full table is in the file)."""
+    """``report.html`` of a policy comparison: policies.csv, both figures, market.csv trimmed to the
+    first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json."""
     shown = [r for r in market if r["owner"] < owners_per_policy]
     owners = len({r["owner"] for r in market})
     caption = ("market.csv: every owner under every policy" if len(shown) == len(market) else
                f"market.csv, first {owners_per_policy} of {owners} owners under each policy "
                f"(all {len(market)} rows are in market.csv)")
     blocks: list[Block] = [
-        Heading("Summary"),
-        _facts_table("summary.json", summary),
         Heading("Policies"),
-        Table("policies.csv: one row per policy", policies, max_rows=len(policies)),
+        Table("policies.csv: one row per policy (learner_surplus is the forecast's, "
+              "learner_surplus_simulated the simulated ψ's)", policies, max_rows=len(policies)),
         Heading("Figures"),
         *_figure_blocks(figures),
         Heading("Owners"),
         Table(caption, shown, max_rows=len(shown)),
+        Heading("Summary"),
+        _facts_table("summary.json", summary),
     ]
     return write_report(directory, title, blocks)
 
 
 # Captions of the experiment and market figures (dpmarket.sweep_plots, dpmarket.market.plots), by file name.
 FIGURE_CAPTIONS = {
-    "psi_epsilon.png": "Mean ψ(θ_L,T) against ε on log-log axes (whiskers: 25–75 %), with the "
+    "psi_epsilon.png": "Mean ψ of the final model against ε on log-log axes (whiskers: 25–75 %), with the "
                        "least-squares slope (dashed) and the calibrated forecast (solid).",
-    "psi_records.png": "Mean ψ(θ_L,T) against the total records n on log-log axes, with the fitted "
-                       "slope (dashed) and the forecast (solid).",
-    "collaboration.png": "Value of collaboration: log10(E ψ / ψ(θ_1*)) over (N, ε); 'benefit' where "
-                         "the collaborative model beats the first owner's own-data model.",
-    "owner_benefit.png": "Each owner's own-data ψ(θ_i*) against its records; lines: the cell's "
-                         "median collaborative ψ. Owners above their line benefit.",
-    "convergence.png": "ψ(θ_L,k) against k: median over replications and the 25–75 % band.",
-    "psi_band.png": "ψ(θ_L,k) against k: median over the replications (line) and the 25–75 % band.",
-    "psi_payment.png": "Simulated ψ (mean, min–max over replications) and forecast ψ̂ (x) against "
-                       "each policy's total payment.",
+    "psi_records.png": "Mean ψ of the final model against the total records n on log-log axes, with "
+                       "the fitted slope (dashed) and the forecast (solid).",
+    "collaboration.png": "Value of collaboration: log10 of the shared model's mean ψ over the first "
+                         "owner's own-data ψ, over (N, ε); 'benefit' where the shared model is better.",
+    "owner_benefit.png": "Each owner's own-data ψ against its records (or its number, when all hold "
+                         "as many); lines: the cell's median shared-model ψ. Owners above their line "
+                         "benefit.",
+    "convergence.png": "ψ of the learner's model against k: median over replications and the 25–75 % band.",
+    "psi_band.png": "ψ of the learner's model against k: median over the replications (line) and the "
+                    "25–75 % band.",
+    "psi_payment.png": "Simulated ψ (filled: mean, bar: min–max over replications) and forecast ψ̂ "
+                       "(hollow) against each policy's total payment; one marker shape per policy, "
+                       "policies that paid the same side by side.",
     "epsilons.png": "The ε chosen by the participating owners under each policy.",
 }
 
@@ -336,14 +435,9 @@ def _caption(path: Path) -> str:
 def _forecast_text(fit: dict) -> str:
     if not fit:
         return "No forecast was calibrated."
+    if "c1" not in fit:
+        return f"The forecast was not fitted: {fit.get('error', 'no cells to fit')}."
     return (f"Forecast ψ̂ = c₁/n·sqrt(Σε_i⁻²) + c₂/n²·Σε_i⁻² fitted to the cells' mean ψ: "
             f"c₁ = {fit.get('c1', float('nan')):.4g}, c₂ = {fit.get('c2', float('nan')):.4g}, "
             f"R² of log ψ = {fit.get('r2', float('nan')):.4f}, RMS relative error "
             f"{fit.get('rms_relative_error', float('nan')):.3g} over {fit.get('points', 0)} cells.")
-
-
-def _plain(value: Any) -> str:
-    """Nested meta values (the grid, the fit) as compact text."""
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {_plain(v)}" for k, v in value.items())
-    return format_value(value)

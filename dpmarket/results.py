@@ -17,6 +17,8 @@ from dpmarket import files
 from dpmarket.directories import Identity, default_directory, run_directory
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.run import RunResult, is_async
 from dpmarket.stepsize import STABILITY_LIMIT
 
@@ -36,7 +38,8 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     """Write every table, the summary and the figures of ``result`` into ``directory``.
 
     Figures go to ``painter`` (a helper process) when given, else are drawn here;
-    ``topology=False`` when the caller already wrote the topology files.
+    ``topology=False`` when the caller already wrote ``topology.graphml`` (its picture, which
+    shows the run's load, is drawn here).
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
@@ -46,8 +49,9 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
-        if topology:
-            write_topology(result.scenario, result.consortium, directory, painter)
+        if topology or plots:  # the picture waits for the run: it shows the channels' load
+            write_topology(result.scenario, result.consortium, directory, painter, budgets(result),
+                           graphml=topology, draw=plots, load=network_load(result))
     if plots:
         painter.paint("run", figure_data(result), str(directory))
     painter.wait()
@@ -65,19 +69,47 @@ def write_channels(result: RunResult, path: Path) -> None:
                       "utilisation"), rows)
 
 
-def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None) -> None:
-    """``topology.graphml`` and ``topology.png``: learner, channels, owners of a network run.
+def budgets(result: RunResult) -> list[float]:
+    """Each owner's budget ε_i in the run: the scenario's, or what it sold in a market (0 if it
+    declined)."""
+    if result.market is None:
+        return [o.epsilon for o in result.owners]
+    return [float(e) for e in result.market.outcome.epsilon]
 
+
+def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None,
+                   epsilons: list[float] | None = None, graphml: bool = True, draw: bool | None = None,
+                   load: dict | None = None) -> None:
+    """``topology.graphml`` (if ``graphml``) and ``topology.png`` (if ``draw``, default
+    ``output.plots``): learner, channels, owners of a network run, the picture with the run's
+    ``load`` (:func:`network_load`) when given.
+
+    ``epsilons`` are the budgets (default: the scenario's; a market run passes what it sold).
     Only plain data cross to the painter, which builds the graph (networkx is imported there).
     """
     N = len(consortium.names)
+    if epsilons is None:
+        epsilons = [scenario.owner_value(i, "epsilon") for i in range(N)]
     data = {"names": list(consortium.names),
             "channel_of": [scenario.owner_value(i, "channel") for i in range(N)],
             "rates": [scenario.owner_value(i, "clock_rate") for i in range(N)],
-            "epsilons": [scenario.owner_value(i, "epsilon") for i in range(N)],
+            "epsilons": list(epsilons),
             "sizes": [int(n) for n in consortium.sizes], "channels": scenario.network.channels,
-            "draw": scenario.output.plots}
+            "graphml": graphml, "draw": scenario.output.plots if draw is None else draw, "load": load}
     (painter or Painter(enabled=False)).paint("topology", data, str(directory))
+
+
+def network_load(result: RunResult) -> dict:
+    """What went through the network, for the topology picture: exchanges and collisions per
+    owner (scenario index; 0 for owners that declined a market), and per channel its
+    utilisation, collided and total transmissions."""
+    counts, N = result.training.log.counts_by_owner, len(result.consortium.names)
+    channels, horizon = result.network.channels, result.training.time
+    return {"exchanges": [counts[("update", i)] for i in range(N)],
+            "collisions": [counts[("collision", i)] for i in range(N)],
+            "utilisation": [ch.utilisation(horizon) for ch in channels],
+            "collided": [ch.collided for ch in channels],
+            "transmissions": [ch.transmissions for ch in channels]}
 
 
 def figure_data(result: RunResult) -> dict:
@@ -147,10 +179,16 @@ def _network_columns(result: RunResult, k: int, counts) -> dict:
     return {
         "clock_rate": result.scenario.owner_value(i, "clock_rate"),
         "channel": int(net.channel_of[k]) if net else "",
-        "exchanges": counts[("update", i)], "ticks": counts[("tick", i)],
+        "exchanges": counts[("update", i)], "ticks": counts[(_tick_kind(result), i)],
         "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
         "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[k]) if net else 0.0,
     }
+
+
+def _tick_kind(result: RunResult) -> str:
+    """The event counted as a clock tick: the ideal network logs no ``tick``, every tick there is
+    an exchange begun by a ``query`` (see dpmarket.timeline.tick_kind)."""
+    return "query" if result.network is None else "tick"
 
 
 def write_owners(result: RunResult, path: Path) -> None:
@@ -173,7 +211,7 @@ def summary(result: RunResult) -> dict:
         "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
         "algorithm": s.learner.algorithm, "loss": s.model.loss,
         "refusals": counts["refusal"], "queries": counts["query"], "losses": counts["loss"],
-        "idle_slots": counts["idle"], "ticks": counts["tick"], "requests": counts["request"],
+        "idle_slots": counts["idle"], "ticks": counts[_tick_kind(result)], "requests": counts["request"],
         "network_mode": s.network.mode,
         "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,
@@ -234,22 +272,27 @@ def _write_csv(path: Path, header: tuple, rows) -> None:
             writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
 
 
-def run_and_write(scenario, out: Path, progress: bool = False,
+def run_and_write(scenario, out: Path, progress: bool | Progress = False,
                   painter: Painter | None = None) -> RunResult:
     """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success.
 
-    ``painter`` may be a figure helper the caller started early (it is closed here).
+    ``painter`` may be a figure helper the caller started early (it is closed here); ``progress``
+    (True: on stderr when it is a terminal) shows the phases that last.
     """
     from dpmarket.run import execute
 
-    painter = painter or Painter(enabled=scenario.output.plots)
+    painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
     with painter, run_directory(out, run_identity(scenario)) as staging:
+        # Drawn while the simulation runs, except in a market run: its budgets are known after the market.
+        early = scenario.market is None
+
         def on_data(consortium) -> None:
-            if scenario.network.mode != "ideal":
-                write_topology(scenario, consortium, staging, painter)
+            if scenario.network.mode != "ideal" and early:  # the graph now; its picture after the run
+                write_topology(scenario, consortium, staging, painter, draw=False)
 
         result = execute(scenario, staging / "events.csv", on_data, progress)
-        write_run(result, staging, scenario.output.plots, painter, topology=False)
+        with progress.phase("writing tables, figures and report.html"):
+            write_run(result, staging, scenario.output.plots, painter, topology=not early)
     return result
 
 

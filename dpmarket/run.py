@@ -1,12 +1,12 @@
 """A whole run, stage by stage: scenario → data → (market) → simulation → results.
 
 Each stage is a function that can be used alone from Python; :func:`execute` chains them and
-:mod:`dpmarket.results` writes what they produced.
+:mod:`dpmarket.results` writes what they produced. Called, the module is the notebook API's
+``dpmarket.run(scenario, seed, overrides, out)`` (:func:`dpmarket.api.run`; see dpmarket/entry.py).
 """
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpmarket import api, entry
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
 from dpmarket.errors import MarketError, ScenarioError
@@ -24,6 +25,8 @@ from dpmarket.learner import AsyncLearner
 from dpmarket.models import Objective, make_loss
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import answer_cap
+from dpmarket.progress import SILENT, Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.scenario import OwnerSpec, Scenario
 from dpmarket.stepsize import StepSize, floor_law, resolve_step
 from dpmarket.training import Training, make_learner, record_points, run_uniform
@@ -175,12 +178,20 @@ class Prepared:
     own_psi: np.ndarray
 
 
-def prepare(scenario: Scenario) -> Prepared:
-    """Build the owners' data, the objective with its θ*, and the own-data ψ(θ_i*)."""
-    consortium = build_consortium(scenario)
+def prepare(scenario: Scenario, progress: Progress = SILENT) -> Prepared:
+    """Build the owners' data, the objective with its θ*, and the own-data ψ(θ_i*).
+
+    ``progress`` hears of each phase (θ* and the N own-data solves take seconds for the hinge loss).
+    """
+    with progress.phase("building the owners' data"):
+        consortium = build_consortium(scenario)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
-    return Prepared(consortium, objective, objective.psis(objective.own_data_models()))
+    with progress.phase(f"solving θ* ({m.loss} loss)", unit="iterations") as step:
+        objective.optimum(step.update)
+    with progress.phase("own-data models θ_i*", total=len(consortium.owners), unit="owner") as step:
+        own = objective.own_data_models(step.update)
+    return Prepared(consortium, objective, objective.psis(own))
 
 
 @dataclass
@@ -196,11 +207,12 @@ class Trained:
 
 def train(scenario: Scenario, consortium: Consortium, objective: Objective,
           members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
-          events_path: Path | None = None, progress: bool = False) -> Trained:
+          events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
     """Train with the owners in ``members`` (default all) at ``epsilons``; ψ against the whole f.
 
     Algorithm 1's N and n are the members'; the published model is scored on everyone's
-    data (``objective``), so runs with different participants are comparable.
+    data (``objective``), so runs with different participants are comparable. ``progress``
+    (True: a bar on a terminal) counts the updates.
     """
     owners = build_owners(scenario, consortium, objective, members, epsilons)
     lr, m = scenario.learner, scenario.model
@@ -211,7 +223,8 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     ids = [o.index for o in owners]
     view = member_view(scenario, ids, consortium.names)
     renumber = ids if view is not scenario else None
-    with EventLog(events_path, renumber) as log, _bar(lr.iterations, progress) as bar:
+    bar = progress_of(progress).phase("training", total=lr.iterations, unit="update")
+    with EventLog(events_path, renumber) as log, bar as bar:
         training = Training(learner, owners, objective, log,
                             record_points(lr.iterations, scenario.output.metric_points), bar)
         network = simulate(view, training, [o.name for o in owners])
@@ -239,7 +252,7 @@ def member_view(scenario: Scenario, members: list[int], names: list[str]) -> Sce
 
 
 def execute(scenario: Scenario, events_path: Path | None = None,
-            on_data: Callable[[Consortium], None] | None = None, progress: bool = False,
+            on_data: Callable[[Consortium], None] | None = None, progress: bool | Progress = False,
             prepared: Prepared | None = None) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
@@ -250,8 +263,8 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     :func:`prepare` on a scenario with the same data and model) skips the data stage:
     experiments reuse it across replications.
     """
-    start = time.perf_counter()
-    prepared = prepare(scenario) if prepared is None else prepared
+    start, progress = time.perf_counter(), progress_of(progress)
+    prepared = prepare(scenario, progress) if prepared is None else prepared
     consortium, objective = prepared.consortium, prepared.objective
     if on_data is not None:
         on_data(consortium)
@@ -259,21 +272,13 @@ def execute(scenario: Scenario, events_path: Path | None = None,
     if scenario.market is not None:
         from dpmarket.market.stage import settle_market  # deferred: only market runs need it
 
-        market = settle_market(scenario, prepared)
+        market = settle_market(scenario, prepared, progress=progress)
         members, epsilons = market.outcome.members, market.outcome.epsilon
     run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
                      prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market,
                      run.step)
-
-
-def _bar(total: int, enabled: bool):
-    """A tqdm progress bar on stderr (auto-disabled when stderr is not a terminal)."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="update", file=sys.stderr, leave=False, mininterval=0.5,
-                disable=None if enabled else True)
 
 
 def simulate(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun | None:
@@ -314,3 +319,6 @@ def step_curvature(learner: AsyncLearner, objective: Objective,
 def is_async(result: RunResult) -> bool:
     """Whether the run used the asynchronous learner (one owner per update)."""
     return isinstance(result.training.learner, AsyncLearner)
+
+
+entry.make_callable(__name__, api.run)  # dpmarket.run(...) is the notebook API's run

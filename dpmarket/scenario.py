@@ -364,9 +364,18 @@ class Scenario(_Strict):
                     "cost_coef": None}
         return defaults[key]
 
+    def resolved_table(self) -> dict:
+        """The fully resolved scenario as a plain table, every default filled in except keys the
+        scenario cannot use: with a [market], ``privacy.epsilon`` (the market sets the budgets, and
+        a file that sets it is refused), so that validating this table gives this scenario back."""
+        table = self.model_dump(mode="json", exclude_none=True)
+        if self.market is not None:
+            table["privacy"].pop("epsilon", None)
+        return table
+
     def to_toml(self) -> str:
         """The fully resolved scenario as TOML; loading it reproduces this scenario exactly."""
-        return tomli_w.dumps(self.model_dump(mode="json", exclude_none=True))
+        return tomli_w.dumps(self.resolved_table())
 
 
 def parse_override(text: str) -> tuple[list[str], Any]:
@@ -580,6 +589,15 @@ def check_policy(market: Market, policy: str, fail) -> None:
                  f"market.policy = {policy!r} needs market.{key} (> 0)")
 
 
+# How to change the budgets a market sells, per policy: what the refusal of privacy.epsilon says.
+BUDGET_KEYS = {
+    "posted_price": "raise market.price", "record_price": "raise market.price_per_record",
+    "take_it_or_leave_it": "set market.offer_epsilon", "auction": "set market.offer_epsilon",
+    "marginal": "set market.offer_epsilon", "procurement": "raise market.budget",
+    "stackelberg": "raise market.value",
+}
+
+
 def _check_market(s: Scenario, fail) -> None:
     """Market keys that only make sense together."""
     m = s.market
@@ -588,6 +606,7 @@ def _check_market(s: Scenario, fail) -> None:
             if o.cost_coef is not None:
                 fail(f"owners.{i}.cost_coef", o.cost_coef, "only used with a [market] section")
         return
+    _check_market_budgets(s, fail)
     if m.epsilon_min >= m.epsilon_max:
         fail("market.epsilon_min", m.epsilon_min, f"must be below market.epsilon_max = {m.epsilon_max}")
     if m.offer_epsilon is not None and not m.epsilon_min <= m.offer_epsilon <= m.epsilon_max:
@@ -603,6 +622,22 @@ def _check_market(s: Scenario, fail) -> None:
         fail("market.pilots.epsilon_low", m.pilots.epsilon_low,
              f"must be below market.pilots.epsilon_high = {m.pilots.epsilon_high}")
     check_policy(m, m.policy, fail)
+
+
+def _check_market_budgets(s: Scenario, fail) -> None:
+    """With a [market] the budgets are what each owner sells: a budget given in the file or with
+    --set would be silently ignored, so it is refused with what sets the budgets instead. Only a
+    key the user gave counts (the schema's default is not "given"; written scenario.toml files
+    leave it out, see :meth:`Scenario.resolved_table`)."""
+    m = s.market
+    why = (f"not used with a [market]: each owner's budget is the ε it sells (market.policy = "
+           f"{m.policy!r}: {BUDGET_KEYS[m.policy]}; bounds market.epsilon_min, market.epsilon_max), "
+           "or delete the [market] section to give the budgets yourself")
+    if "epsilon" in s.privacy.model_fields_set:
+        fail("privacy.epsilon", s.privacy.epsilon, why)
+    for i, o in enumerate(s.owners):
+        if o.epsilon is not None:
+            fail(f"owners.{i}.epsilon", o.epsilon, why)
 
 
 _TYPE_NAMES = {"constrained-int": "an integer", "list[": "a list", "tagged-union[": "a table",
@@ -683,29 +718,44 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", _MISSING, f"malformed TOML: {exc}") from None
     _resolve_data_path(table, path.parent)  # a path written in the file: relative to the file
+    return _overridden(table, overrides, source, path.parent)
+
+
+def override(scenario: Scenario, overrides: list[str] | tuple[str, ...]) -> Scenario:
+    """``scenario`` with ``--set``-style overrides, checked exactly like a file's (files they name
+    are relative to the working directory); the scenario itself when there are none."""
+    if not overrides:
+        return scenario
+    return _overridden(scenario.resolved_table(), overrides, scenario.source, Path.cwd())
+
+
+def _overridden(table: dict, overrides, source: str, base: Path) -> Scenario:
+    """Apply overrides to a raw table, make its files absolute (a trace against ``base``), validate."""
     for text_override in overrides:
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
-    resolve_files(table, path, label)
+    resolve_files(table, base, label)
     return validate(table, label)
 
 
-def resolve_files(table: dict, scenario_path: Path, source: str) -> None:
+def resolve_files(table: dict, base: Path, source: str) -> None:
     """Make the files a scenario names absolute and check that they exist (``source`` names the
-    file and overrides in the error): the availability trace relative to the scenario file, a
-    ``data.path`` given by an override (--set, a --grid cell) relative to the working directory."""
-    _resolve_trace(table, scenario_path, source)
+    file and overrides in the error): the availability trace relative to ``base`` (the scenario
+    file's directory), a ``data.path`` given by an override (--set, a --grid cell) relative to
+    the working directory."""
+    _resolve_trace(table, base, source)
     _resolve_data_path(table, Path.cwd(), source)
 
 
-def _resolve_trace(table: dict, path: Path, source: str) -> None:
-    """Make ``network.availability`` absolute (relative to the scenario file) and check it exists."""
+def _resolve_trace(table: dict, base: Path, source: str) -> None:
+    """Make ``network.availability`` absolute (relative to ``base``, the scenario file's directory)
+    and check it exists."""
     net = table.get("network")
     trace = net.get("availability") if isinstance(net, dict) else None
     if not isinstance(trace, str):
         return
-    resolved = Path(trace) if Path(trace).is_absolute() else (path.parent / trace).resolve()
+    resolved = Path(trace) if Path(trace).is_absolute() else (base / trace).resolve()
     if not resolved.is_file():
         raise ScenarioError(source, "network.availability", trace, "no such file")
     net["availability"] = str(resolved)
@@ -720,5 +770,6 @@ def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> No
     resolved = Path(value).expanduser()
     resolved = resolved if resolved.is_absolute() else (base / resolved).resolve()
     if source is not None and not resolved.is_file():
-        raise ScenarioError(source, "data.path", value, "no such file")
+        raise ScenarioError(source, "data.path", value,
+                            "no such file; point to the records with --set data.path=FILE")
     data["path"] = str(resolved)

@@ -23,8 +23,9 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-from matplotlib import ticker  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
+
+from dpmarket.axes import integer_ticks, label_log, text_colour  # noqa: E402
 
 _METADATA = {"Software": None}  # no version or date in the PNG: same input, same bytes
 EPSILON_KEY, RECORDS_KEY, OWNERS_KEY = "privacy.epsilon", "data.records", "data.owners"
@@ -75,16 +76,11 @@ def _save(fig: Figure, path: Path) -> Path:
 
 
 def _log_axes(ax) -> None:
+    """Both axes logarithmic, each with enough plain labels to read (call once the data are drawn)."""
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _log_labels(ax.xaxis)
-    _log_labels(ax.yaxis)
-
-
-def _log_labels(axis) -> None:
-    """Plain (not mathtext) labels on a log axis; minor ticks labelled when under a decade shows."""
-    axis.set_major_formatter(ticker.LogFormatter())
-    axis.set_minor_formatter(ticker.LogFormatter(labelOnlyBase=False, minor_thresholds=(1, 0.4)))
+    label_log(ax, "x")
+    label_log(ax, "y")
 
 
 # --- convergence bands ----------------------------------------------------------------------
@@ -104,7 +100,7 @@ def draw_band(metrics: pd.DataFrame, path: Path, title: str) -> Path:
 def draw_bands(runs: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
     """Several labelled bands on one axis (e.g. one per ε, as in the papers' Figure 3)."""
     fig = Figure(figsize=(6.4, 4.0))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.9)
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.9)
     ax = fig.subplots()
     shades = np.linspace(0.0, 0.55, max(len(runs), 1))
     for (label, metrics), shade in zip(runs.items(), shades, strict=True):
@@ -114,11 +110,11 @@ def draw_bands(runs: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
         ax.fill_between(b["k"], b["q25"], b["q75"], color="0.8", alpha=0.7, lw=0)
         reps = int(metrics["replication"].nunique()) if "replication" in metrics else 1
         ax.plot(b["k"], b["median"], color=colour, lw=1.4,
-                label=f"{label + ': ' if label else ''}median of {reps} runs, 25–75 % shaded")
+                label=f"{label + ': ' if label else ''}median of {reps} runs, middle half shaded")
     ax.set_yscale("log")
-    _log_labels(ax.yaxis)
+    label_log(ax, "y")
     ax.set_xlabel("iteration k")
-    ax.set_ylabel("relative fitness ψ(θ_L,k)")
+    ax.set_ylabel("ψ of the learner's model")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
     return _save(fig, Path(path))
@@ -164,7 +160,7 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
     """Mean ψ (markers, 25–75 % whiskers of ψ) against ``x_column``, log-log, per group of the
     other swept keys, with the fitted slope (dashed) and the calibrated forecast (solid)."""
     fig = Figure(figsize=(6.4, 4.4))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.87)
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
     groups = list(_groups(sweep, (key,)))
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(groups)))
@@ -173,14 +169,14 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
         x, y = rows[x_column].to_numpy(float), rows["psi_mean"].to_numpy(float)
         fit = fit_loglog(x, y)
         ax.errorbar(x, y, yerr=_whiskers(rows), fmt="o", ms=4, color=colour, capsize=2,
-                    label=f"{label + ': ' if label else ''}mean ψ, {fit.label()}")
+                    label=f"{label + ': ' if label else ''}mean ψ of the final model, {fit.label()}")
         if np.isfinite(fit.slope):
             ax.plot(x, np.exp(fit.intercept) * x**fit.slope, "--", color=colour, lw=1)
         if "forecast" in rows and rows["forecast"].notna().any():
             ax.plot(x, rows["forecast"], "-", color=colour, lw=1, alpha=0.6)
     _log_axes(ax)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("relative fitness ψ(θ_L,T)")
+    ax.set_ylabel("ψ of the final model")
     ax.set_title(_title(meta, f"ψ against {xlabel}") + "; " + _forecast_note(meta), fontsize=8)
     ax.legend(fontsize=7)
     return _save(fig, Path(path))
@@ -224,41 +220,59 @@ def draw_collaboration(sweep: pd.DataFrame, meta: dict, path: Path) -> Path:
     limit = max(float(np.nanmax(np.abs(grid.to_numpy()))), 1e-12)
     image = ax.imshow(grid.to_numpy(), origin="lower", aspect="auto", cmap="RdBu_r", vmin=-limit, vmax=limit)
     for (r, c), value in np.ndenumerate(grid.to_numpy()):
-        if np.isfinite(value):
+        if np.isfinite(value):  # black on light cells, white on dark ones
             ax.text(c, r, "benefit" if value < 0 else f"{value:+.1f}", ha="center", va="center",
-                    fontsize=7, fontweight="bold" if value < 0 else "normal")
+                    fontsize=7, fontweight="bold" if value < 0 else "normal",
+                    color=text_colour(image.cmap(image.norm(value))))
     ax.set_xticks(range(grid.shape[1]), [f"{v:g}" for v in grid.columns])
     ax.set_yticks(range(grid.shape[0]), [f"{v:g}" for v in grid.index])
     ax.set_xlabel("privacy budget ε (each owner's)")
     ax.set_ylabel("number of owners N")
-    fig.colorbar(image, ax=ax, label="log10( E ψ(θ_L,T) / ψ(θ_1*) )")
+    fig.colorbar(image, ax=ax, label="log10(mean ψ shared / ψ of owner 1 alone)")
     ax.set_title(_title(meta, "value of collaboration for the first owner"), fontsize=9)
     return _save(fig, Path(path))
 
 
 def draw_owner_benefit(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, path: Path) -> Path:
-    """Each owner's own-data ψ(θ_i*) against its records (markers) and the collaborative median ψ
-    of its cell (line): owners above their cell's line benefit (papers' Figure 11)."""
+    """Each owner's own-data ψ(θ_i*) (dots) and the collaborative median ψ of its cell (line):
+    owners above their cell's line benefit (papers' Figure 11). Dots stand at the owner's records,
+    or, when every owner shown holds as many records (where records say nothing), at the owner's
+    number, each cell's dots side by side."""
     cells = _benefit_cells(sweep)
+    shown = owners[owners["cell"].isin(cells)]
+    by_size = shown["records"].nunique() > 1
     fig = Figure(figsize=(6.4, 4.6))
-    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.87)
+    fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
     colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(cells)))
-    for cell, colour in zip(cells, colours, strict=True):
+    for j, (cell, colour) in enumerate(zip(cells, colours, strict=True)):
         rows = owners[owners["cell"] == cell]
         if rows.empty:
             continue
-        label = _cell_label(sweep, cell)
-        ax.scatter(rows["records"], rows["own_psi"], s=10, color=colour, lw=0)
+        x = rows["records"] if by_size else rows["owner"] + 1 + 0.6 * ((j + 0.5) / len(cells) - 0.5)
+        ax.scatter(x, rows["own_psi"], s=12, color=colour, lw=0)
         psi = float(rows["psi_median"].iloc[0])
-        ax.axhline(psi, color=colour, lw=1.2,
-                   label=f"{label}: median ψ {psi:.3g}, {int(rows['benefits'].sum())} of {len(rows)} benefit")
-    _log_axes(ax)
-    ax.set_xlabel("owner's records n_i")
-    ax.set_ylabel("own-data ψ(θ_i*) (markers); collaborative ψ (lines)")
-    ax.set_title(_title(meta, "which owners benefit (markers above their cell's line)"), fontsize=9)
+        ax.axhline(psi, color=colour, lw=1.2, label=f"{_cell_label(sweep, cell)}: shared model ψ {psi:.3g}, "
+                                                    f"{int(rows['benefits'].sum())} of {len(rows)} benefit")
+    _owner_axis(ax, shown, by_size)
+    ax.set_ylabel("ψ: own model (dots), shared model (lines)")
+    ax.set_title(_title(meta, "which owners benefit (dots above their cell's line)"), fontsize=9)
     ax.legend(fontsize=7)
     return _save(fig, Path(path))
+
+
+def _owner_axis(ax, shown: pd.DataFrame, by_size: bool) -> None:
+    """Log records on x, or owner numbers when every owner holds as many records; log ψ on y."""
+    if by_size:
+        _log_axes(ax)
+        ax.set_xlabel("owner's records n_i")
+        return
+    ax.set_yscale("log")
+    label_log(ax, "y")
+    integer_ticks(ax.xaxis)
+    ax.set_xlim(0.5, max(int(shown["owner"].max()) + 1.5, 1.5) if len(shown) else 1.5)
+    records = int(shown["records"].iloc[0]) if len(shown) else 0
+    ax.set_xlabel(f"owner (every owner holds {records:,} records)")
 
 
 def _benefit_cells(sweep: pd.DataFrame) -> list[int]:

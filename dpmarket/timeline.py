@@ -96,6 +96,13 @@ def downtime(events: pd.DataFrame, n_owners: int, t0: float, t1: float, end: flo
     return np.bincount(spans["owner"], weights=inside, minlength=n_owners)[:n_owners]
 
 
+def tick_kind(run: Run) -> str:
+    """The event that marks an owner's clock tick. The ideal network logs no ``tick``: there every
+    tick is an exchange, begun by the learner's ``query`` (a refusal included), so queries count
+    (a network run, whose owners act only on ticks, always logs some)."""
+    return "tick" if (run.events["kind"] == "tick").any() else "query"
+
+
 def owner_table(run: Run, selected: np.ndarray, t0: float, t1: float) -> pd.DataFrame:
     """Ticks, exchanges, collisions, losses, downtime, share of exchanges and ε spent per owner."""
     n = len(run.owners)
@@ -108,7 +115,7 @@ def owner_table(run: Run, selected: np.ndarray, t0: float, t1: float) -> pd.Data
     exchanges = count("update")
     spent = _epsilon_spent(run.events, n, t1)
     table = pd.DataFrame({
-        "owner": np.arange(n), "name": run.owners["name"], "ticks": count("tick"),
+        "owner": np.arange(n), "name": run.owners["name"], "ticks": count(tick_kind(run)),
         "exchanges": exchanges, "collisions": count("collision"), "losses": count("loss"),
         "downtime": downtime(run.events, n, t0, t1, run.end),
         "share": exchanges / max(int(exchanges.sum()), 1), "epsilon_spent": spent,

@@ -8,6 +8,7 @@ matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+from dpmarket.axes import integer_ticks  # noqa: E402
 from dpmarket.timeline import MAX_LANES, Run, offline_intervals  # noqa: E402
 
 MAX_GROUPS = 100  # heat-map rows: more owners are grouped, so that every owner counts
@@ -49,7 +50,8 @@ def _lanes(ax, run: Run, window, selected: np.ndarray, t0: float, t1: float) -> 
                         ("collision", dict(marker="x", s=14, color="tab:red"))):
         rows = window[(window["kind"] == kind) & window["owner"].isin(selected)]
         ax.scatter(rows["time"], rows["owner"].map(lane), label=kind, lw=1, **style)
-    ax.set_yticks(range(len(selected)), [str(n) for n in run.owners["name"].iloc[selected]], fontsize=6)
+    size = 9 if len(selected) <= 10 else 7 if len(selected) <= 25 else 5  # as large as the lanes allow
+    ax.set_yticks(range(len(selected)), [str(n) for n in run.owners["name"].iloc[selected]], fontsize=size)
     ax.set_xlim(t0, t1)
     ax.set_xlabel("simulated time")
     ax.set_title("exchanges (dots), collisions (x), offline (grey), one lane per owner", fontsize=9)
@@ -123,5 +125,6 @@ def _sequence(fig, ax, window, selected: np.ndarray) -> None:
         fig.colorbar(image, ax=ax, label="updates per cell", pad=0.01)
         title += f": {len(updates):,} updates, counted per cell"
     ax.set_xlabel("iteration k")
-    ax.set_ylabel("owner i_k")
+    ax.set_ylabel("owner served (1…N)")
+    integer_ticks(ax.yaxis)
     ax.set_title(title, fontsize=9)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from dpmarket import report
 from dpmarket.report import Figure, Heading, Table, Text, render, run_report, write_report
 from dpmarket.results import run_and_write
 from tests.helpers import tiny
@@ -147,3 +149,49 @@ def test_market_report_trims_the_owner_table_per_policy(tmp_path):
     assert "first 25 of 40 owners under each policy (all 80 rows are in market.csv)" in page
     assert page.count('<td class="text">o24</td>') == 2 and "o25<" not in page
     assert page.count("base64,") == 1 and _external_references(page) == []
+
+
+def test_run_report_leads_with_the_key_figures_then_the_figures(tmp_path):
+    """Headline (ψ, ψ(0), owners benefiting, ε spent, network figures) first, figures next, the
+    owners table and summary.json after them; every table scrolls inside its own box."""
+    out = tmp_path / "run"
+    run_and_write(tiny(network={"mode": "request", "dropout": {"mean_online": 5.0, "mean_offline": 1.0}},
+                       output={"metric_points": 10, "plots": True}), out)
+    page = (out / "report.html").read_text(encoding="utf-8")
+    info = json.loads((out / "summary.json").read_text())
+    order = [page.index(s) for s in ("Key figures", "<figure>", "<h2>Owners</h2>", "<h2>Summary</h2>")]
+    assert order == sorted(order)
+    key = page[order[0]:order[1]]
+    for needle in (f"{info['psi_final']:.4g}", f"{info['psi_zero']:.4g}",
+                   f"{info['owners_benefiting']} of 3", f"at most {info['epsilon_spent_max']:.4g}",
+                   f"{info['collisions']} collisions, {info['losses']} losses, {info['dropouts']} dropouts"):
+        assert needle in key, needle
+    assert "overflow-x: auto" in page
+    assert page.count("<table") == page.count('<div class="scroll"><table')
+
+
+def test_summary_table_shows_strict_json_values():
+    """Nested objects become dotted keys; a NaN is null as in the file, never Python's nan or a dict."""
+    facts = {"psi": 0.5, "forecast": {"form": "law", "r2": float("nan"), "by_size": []},
+             "ok": True, "none": None, "theta": [1.0, float("inf")]}
+    page = render("t", [report._facts_table("summary.json", facts)])
+    for key, value in (("forecast.form", "law"), ("forecast.r2", "null"), ("forecast.by_size", "[]"),
+                       ("ok", "true"), ("none", "null"), ("theta", "[1, null]")):
+        assert f'<td class="text">{key}</td><td class="text">{value}</td>' in page
+    assert "nan" not in page and "{" not in page.split("</style>")[1]
+
+
+def test_figures_accept_png_bytes_and_refuse_anything_else(tmp_path):
+    page = render("t", [Figure("drawn in memory", PNG)])
+    assert base64.b64encode(PNG).decode() in page
+    with pytest.raises(ValueError, match="'not a png': the bytes given are not a PNG image"):
+        render("t", [Figure("not a png", b"GIF89a...")])
+    text = tmp_path / "x.png"
+    text.write_text("hello")
+    with pytest.raises(ValueError, match="x.png are not a PNG image"):
+        render("t", [Figure("text file", text)])
+
+
+def test_missing_values_are_empty_cells():
+    page = render("t", [Table("c", [{"psi_sd": float("nan"), "psi": 0.25}])])
+    assert "<td></td><td>0.25</td>" in page and "nan" not in page

@@ -117,7 +117,7 @@ def test_psi_png_draws_theta_zero_as_its_own_labelled_line(tmp_path, monkeypatch
     plots.psi_against_k(plots.RunFigures(**data), tmp_path / "again.png")
     lines = {kw["label"]: (y, kw["ls"], kw["color"]) for y, kw in drawn}
     assert lines["untrained model θ = 0"][0] == result.psi_zero
-    assert lines["untrained model θ = 0"][1:] != lines["median own-data ψ(θ_i*)"][1:]
+    assert lines["untrained model θ = 0"][1:] != lines["an owner's model on its own data (median)"][1:]
 
 
 @pytest.mark.parametrize("sections, warned", [(GOOD, False), (BAD, True)])

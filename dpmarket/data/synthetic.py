@@ -196,5 +196,7 @@ def _expit(x: float) -> float:
 
 
 def default_name(profile: Profile, index: int, count: int) -> str:
-    """``hospital-007``-style names, zero-padded to the number of owners."""
-    return f"{profile.owner_prefix}-{index + 1:0{len(str(count))}d}"
+    """``hospital-7``: the prefix and the 1-based index, not zero-padded, so that an owner keeps
+    its name whatever the number of owners ``count`` (bank-1 in a sweep's N = 9 and N = 10 cells
+    alike: tables of different cells join on it)."""
+    return f"{profile.owner_prefix}-{index + 1}"

@@ -227,8 +227,7 @@ def form_owners(spec: Table, path: str, partition: tuple[np.ndarray, np.ndarray]
     """Owners' names and row indices (file order within each), and what was left out on purpose."""
     if spec.partition is None:
         groups = np.array_split(rows, spec.blocks)
-        width = len(str(spec.blocks))
-        names = [f"block-{i + 1:0{width}d}" for i in range(spec.blocks)]
+        names = [f"block-{i + 1}" for i in range(spec.blocks)]  # not padded: the same for any count
     else:
         names, groups = _partitioned(partition[0][rows], partition[1], rows)
     sizes = np.array([len(g) for g in groups], dtype=np.int64)

@@ -101,7 +101,7 @@ def resolve_cells(base: Scenario, axes: list[Axis], source: str) -> list[Cell]:
     (relative to the working directory, as with ``--set``) or availability trace (relative to
     the scenario file ``source``) that does not exist fails before any work.
     """
-    table = base.model_dump(mode="json", exclude_none=True)
+    table = base.resolved_table()
     cells = []
     combos = itertools.product(*(range(len(a.values)) for a in axes))
     for index, picks in enumerate(combos):
@@ -110,7 +110,7 @@ def resolve_cells(base: Scenario, axes: list[Axis], source: str) -> list[Cell]:
         label = f"{source} (with --grid {given})"
         for axis, j in zip(axes, picks, strict=True):
             apply_override(cell_table, axis.key.split("."), axis.values[j], label)
-        resolve_files(cell_table, Path(source), label)  # a swept data.path or trace must exist
+        resolve_files(cell_table, Path(source).parent, label)  # a swept data.path or trace must exist
         scenario = pin_data_seed(validate(cell_table, label))
         cells.append(Cell(index, tuple(a.values[j] for a, j in zip(axes, picks, strict=True)), scenario))
     return cells

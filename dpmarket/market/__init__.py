@@ -2,4 +2,11 @@
 
 Groundwork for compensation policies: cost functions with closed-form best responses to a
 posted price, and the forecast ψ̂ of design §4 with its least-squares calibration.
+
+Called, the package is the notebook API's ``dpmarket.market(scenario, policies, ...)``
+(:func:`dpmarket.api.market`, a policy comparison; see dpmarket/entry.py).
 """
+
+from dpmarket import api, entry
+
+entry.make_callable(__name__, api.market)

@@ -30,6 +30,7 @@ from dpmarket import rng as streams
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
+from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import ForecastConstants, Scenario
 
 CACHE_DIR = Path("outputs") / "forecasts"
@@ -112,7 +113,7 @@ def pilot_data(scenario: Scenario, consortium, objective) -> tuple:
     return proxy, proxy_objective, f"the public proxy ({source})"
 
 
-def run_pilots(scenario: Scenario, consortium, objective) -> PilotRuns:
+def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = SILENT) -> PilotRuns:
     """Train every pilot on ``market.pilots.data``; ψ averaged over replications per budget and subset.
 
     Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
@@ -120,15 +121,19 @@ def run_pilots(scenario: Scenario, consortium, objective) -> PilotRuns:
     """
     from dpmarket.run import train  # deferred: the market layer is imported by run
 
-    data, target, label = pilot_data(scenario, consortium, objective)
+    with progress.phase("forecast: the pilots' data"):
+        data, target, label = pilot_data(scenario, consortium, objective)
     N = len(consortium.owners)
     pinned = scenario.model_copy(update={"data": scenario.data.model_copy(
         update={"seed": scenario.seed if scenario.data.seed is None else scenario.data.seed})})
     groups: dict[tuple, list[float]] = {}
-    for pilot in pilot_plan(scenario, N):
-        run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
-                    np.full(N, pilot.epsilon))
-        groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(run.training.metrics.psi[-1])
+    plan = pilot_plan(scenario, N)
+    with progress.phase("forecast: pilot runs", total=len(plan), unit="run") as step:
+        for pilot in plan:
+            run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
+                        np.full(N, pilot.epsilon))
+            groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(run.training.metrics.psi[-1])
+            step.update()
     masks = np.zeros((len(groups), N), bool)
     for k, (members, _) in enumerate(groups):
         masks[k, list(members)] = True
@@ -185,12 +190,12 @@ def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:
 
 
 def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_DIR,
-            recalibrate: bool = False):
+            recalibrate: bool = False, progress: Progress = SILENT):
     """The forecast and where it came from (its ``source``, which names an oracle calibration).
 
     Explicit constants; the uncalibrated law; a cached fit (``cached in FILE: calibrated on …``);
     or pilots run now (``calibrated on …, cached in FILE``). ``recalibrate`` runs the pilots
-    whatever ``market.forecast`` says.
+    whatever ``market.forecast`` says. ``progress`` hears of the pilot runs.
     """
     given = scenario.market.forecast
     if isinstance(given, ForecastConstants) and not recalibrate:
@@ -207,17 +212,17 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_D
         forecast = (Forecast.from_dict(stored["forecast"]) if why else
                     LawForecast.from_dict(stored["forecast"], build_inputs(scenario, consortium)))
         return forecast, f"cached in {path}: calibrated on {stored['calibrated_on']}"
-    forecast, pilots = calibrate_scenario(scenario, consortium, objective)
+    forecast, pilots = calibrate_scenario(scenario, consortium, objective, progress)
     _write_atomically(path, {"key": cache_key(scenario), "scenario": scenario.name, "form": forecast.form,
                              "calibrated_on": pilots.data, "forecast": forecast.to_dict(),
                              "pilots": pilot_table(forecast, pilots)})
     return forecast, f"calibrated on {pilots.data}, cached in {path}"
 
 
-def calibrate_scenario(scenario: Scenario, consortium, objective) -> tuple:
+def calibrate_scenario(scenario: Scenario, consortium, objective, progress: Progress = SILENT) -> tuple:
     """Run the pilots and fit the law's multipliers (Theorem 2's constants where the law does not apply)."""
     law = None if law_unavailable(scenario) else LawForecast(build_inputs(scenario, consortium))  # bad
-    pilots = run_pilots(scenario, consortium, objective)  # input fails before any pilot runs
+    pilots = run_pilots(scenario, consortium, objective, progress)  # input fails before any pilot runs
     try:
         return (fit_theorem2(scenario, pilots) if law is None else fit_law(law, pilots)), pilots
     except ValueError as exc:  # a pilot with ψ = 0 cannot be weighed by its relative error

@@ -22,6 +22,8 @@ from dpmarket.market import calibration
 from dpmarket.market.outcome import Outcome, learner_value
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.scenario import POLICIES, Scenario, check_policy
 
 
@@ -81,27 +83,31 @@ def pinned(scenario: Scenario) -> Scenario:
 
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
-            cache: Path = calibration.CACHE_DIR) -> Comparison:
+            cache: Path = calibration.CACHE_DIR, workers: int = 1,
+            progress: bool | Progress = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
-    randomness (clocks, selection, channel, noise), not the owners.
+    randomness (clocks, selection, channel, noise), not the owners. The training runs go to
+    ``workers`` processes (the numbers do not depend on how many). ``progress`` (True: on a
+    terminal) shows the data stage, the pilots and the training runs.
     """
-    from dpmarket.run import prepare, train  # deferred: run imports the market layer
+    from dpmarket.market.simulate import final_psi
+    from dpmarket.run import prepare  # deferred: run imports the market layer
 
     base = pinned(scenario)
-    prepared = prepare(base)
+    progress = progress_of(progress)
+    prepared = prepare(base, progress)
     consortium, objective = prepared.consortium, prepared.objective
-    forecast, source = calibration.resolve(base, consortium, objective, cache)
+    forecast, source = calibration.resolve(base, consortium, objective, cache, progress=progress)
     sellers = sellers_of(base, prepared)
     seeds = replication_seeds(base, replications)
-    results = []
-    for name in policies:
-        outcome = settle(name, sellers, forecast, base.market, base.seed)
-        psi = [train(base.model_copy(update={"seed": seed}), consortium, objective,
-                     outcome.members, outcome.epsilon).training.metrics.psi[-1]
-               for seed in seeds] if outcome.participates.any() else []
-        results.append(PolicyResult(outcome, np.asarray(psi, dtype=float)))
+    outcomes = [settle(name, sellers, forecast, base.market, base.seed) for name in policies]
+    trained = [o for o in outcomes if o.participates.any()]  # nobody takes part: nothing to train
+    jobs = [(o.members, o.epsilon, seed) for o in trained for seed in seeds]
+    psi = iter(final_psi(base, consortium, objective, jobs, workers, progress))
+    results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
+                                        dtype=float)) for o in outcomes]
     return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
                       consortium.sizes)
 
@@ -116,7 +122,7 @@ def policy_rows(c: Comparison) -> list[dict]:
             "policy": o.policy, "participants": int(o.participates.sum()),
             "total_payment": o.spend, "price": "" if o.price is None else o.price,
             "psi_forecast": o.psi_forecast, "psi_mean": mean,
-            "psi_sd": float(psi.std(ddof=1)) if len(psi) > 1 else float("nan"),
+            "psi_sd": float(psi.std(ddof=1)) if len(psi) > 1 else "",  # no spread from one run
             "psi_min": float(psi.min()) if len(psi) else float("nan"),
             "psi_max": float(psi.max()) if len(psi) else float("nan"),
             "learner_value": o.value, "learner_surplus": o.surplus,
@@ -175,14 +181,20 @@ def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Ident
 
 
 def table(rows: list[dict], out: Path, source: str = "") -> str:
-    """The comparison as a terminal table, with where the forecast came from (``source``)."""
+    """The comparison as a terminal table, with where the forecast came from (``source``).
+
+    Both surpluses are shown: the forecast's (value of ψ̂ − payment, what the policy optimised)
+    and the simulated one (value of the simulated mean ψ − payment); ``sd`` is blank with one
+    replication.
+    """
     lines = [f"{'policy':<20} {'owners':>6} {'payment':>10} {'psi fcst':>9} {'psi sim':>9} "
-             f"{'sd':>8} {'sim/fcst':>8} {'surplus':>9}"]
+             f"{'sd':>8} {'sim/fcst':>8} {'surplus fcst':>12} {'surplus sim':>11}"]
     for r in rows:
         ratio = r["psi_mean"] / r["psi_forecast"] if r["psi_forecast"] > 0 else float("nan")
+        sd = "" if r["psi_sd"] == "" else f"{r['psi_sd']:.3g}"
         lines.append(f"{r['policy']:<20} {r['participants']:>6} {r['total_payment']:>10.4g} "
-                     f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {r['psi_sd']:>8.3g} "
-                     f"{ratio:>8.3g} {r['learner_surplus']:>9.4g}")
+                     f"{r['psi_forecast']:>9.4g} {r['psi_mean']:>9.4g} {sd:>8} "
+                     f"{ratio:>8.3g} {r['learner_surplus']:>12.4g} {r['learner_surplus_simulated']:>11.4g}")
     if source:
         lines.append(f"forecast: {source}")
     lines.append(f"written to {out}")

@@ -15,19 +15,23 @@ import numpy as np
 from dpmarket.market import calibration
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
 from dpmarket.scenario import Market, Scenario
 
 
-def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibration.CACHE_DIR) -> str:
-    """The forecast of ``scenario`` as terminal text."""
+def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibration.CACHE_DIR,
+           progress: bool | Progress = False) -> str:
+    """The forecast of ``scenario`` as terminal text (``progress``: the long phases on a terminal)."""
     from dpmarket.run import prepare  # deferred: run imports the market layer
 
     has_market = scenario.market is not None
     if not has_market:  # defaults for the pilots; no policy is run
         scenario = scenario.model_copy(update={"market": Market.model_construct(**_defaults())})
-    prepared = prepare(scenario)
+    progress = progress_of(progress)
+    prepared = prepare(scenario, progress)
     consortium, objective = prepared.consortium, prepared.objective
-    forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate)
+    forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate, progress)
     N = len(consortium.owners)
     if has_market:
         outcome = settle(scenario.market.policy, sellers_of(scenario, prepared),

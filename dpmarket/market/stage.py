@@ -16,6 +16,7 @@ from dpmarket.market.forecast import Forecaster
 from dpmarket.market.outcome import Outcome
 from dpmarket.market.policies import settle
 from dpmarket.market.sellers import Sellers, build_sellers
+from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import Scenario
 
 if TYPE_CHECKING:
@@ -38,9 +39,11 @@ def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:
 
 
 def settle_market(scenario: Scenario, prepared: Prepared, policy: str | None = None,
-                  cache: Path = calibration.CACHE_DIR) -> MarketStage:
-    """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins."""
-    forecast, source = calibration.resolve(scenario, prepared.consortium, prepared.objective, cache)
+                  cache: Path = calibration.CACHE_DIR, progress: Progress = SILENT) -> MarketStage:
+    """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins.
+    ``progress`` hears of the pilot runs, when the forecast has to be calibrated."""
+    forecast, source = calibration.resolve(scenario, prepared.consortium, prepared.objective, cache,
+                                           progress=progress)
     name = policy or scenario.market.policy
     outcome = settle(name, sellers_of(scenario, prepared), forecast, scenario.market, scenario.seed)
     if not outcome.participates.any():

@@ -52,9 +52,16 @@ def save(graph: nx.Graph, path: Path) -> None:
     nx.write_graphml(graph, path)
 
 
-def draw(graph: nx.Graph, path: Path) -> None:
-    """Draw the topology: every owner when there are few, channels with counts otherwise.
+LABEL_OWNERS_UP_TO = 30  # owner names drawn beside their dots up to this many owners
 
+
+def draw(graph: nx.Graph, path: Path, load: dict | None = None) -> None:
+    """Draw the network with what went through it: every owner when there are few (dot area by
+    records, shade by exchanges, names up to LABEL_OWNERS_UP_TO owners), channels only otherwise;
+    below, each channel's owners, utilisation and collisions.
+
+    ``load`` (from the finished run): ``exchanges`` and ``collisions`` per owner index,
+    ``utilisation``, ``collided`` and ``transmissions`` per channel; None draws the shape alone.
     Plain matplotlib (one LineCollection, one scatter per kind): networkx's drawing helpers
     cost several times more for the same picture.
     """
@@ -69,21 +76,72 @@ def draw(graph: nx.Graph, path: Path) -> None:
         shown = graph.copy()
         shown.remove_nodes_from(owners)
     pos, kinds = _radial_layout(shown), nx.get_node_attributes(shown, "kind")
-    fig = Figure(figsize=(6.4, 6.0))
+    fig = Figure(figsize=(7.0, 6.4))
+    fig.subplots_adjust(left=0.02, right=0.9, bottom=0.12, top=0.9)
     ax = fig.subplots()
-    ax.add_collection(LineCollection([(pos[a], pos[b]) for a, b in shown.edges()], colors="0.6",
-                                     linewidths=0.5))
-    style = {"owner": (18, "0.3"), "channel": (160, "tab:blue"), "learner": (300, "tab:red")}
-    for kind, (size, colour) in style.items():
+    ax.add_collection(LineCollection([(pos[a], pos[b]) for a, b in shown.edges()], colors="0.75",
+                                     linewidths=0.5, zorder=1))
+    if shown is graph:
+        _draw_owners(fig, ax, graph, owners, pos, load)
+    for kind, (size, colour) in {"channel": (160, "tab:blue"), "learner": (300, "tab:red")}.items():
         xy = np.array([pos[n] for n in shown if kinds[n] == kind]).reshape(-1, 2)
         ax.scatter(xy[:, 0], xy[:, 1], s=size, c=colour, zorder=2)
-    for n in shown:
-        if kinds[n] != "owner":
-            label = n if kinds[n] == "learner" else f"{n}\n({graph.degree(n) - 1} owners)"
-            ax.annotate(label, pos[n], ha="center", va="center", fontsize=7, zorder=3)
-    channels = sum(1 for kind in kinds.values() if kind == "channel")
-    plural = "channel" if channels == 1 else "channels"
-    ax.set_title(f"topology: learner, {channels} {plural}, {len(owners)} owners", fontsize=10)
+    channels = [n for n in shown if kinds[n] == "channel"]
+    for n in channels:  # the channel's number on its dot; its load in the list below
+        ax.annotate(n.split("-")[1], pos[n], ha="center", va="center", fontsize=7, color="white", zorder=4)
+    ax.annotate("learner", pos["learner"], xytext=(0, 10), textcoords="offset points", ha="center",
+                fontsize=8, zorder=4)
+    fig.suptitle(_title(graph, owners, shown is graph, load), fontsize=9)
+    fig.text(0.02, 0.02, _channel_lines(graph, channels, load), fontsize=7, va="bottom", family="monospace")
     ax.set_aspect("equal")
+    ax.margins(0.12)
     ax.axis("off")
     fig.savefig(path, dpi=100, metadata={"Software": None})
+
+
+def _draw_owners(fig, ax, graph: nx.Graph, owners: list, pos: dict, load: dict | None) -> None:
+    """Owners as dots: area by records, shade by exchanges (with a colour bar), names if few."""
+    records = np.array([graph.nodes[n]["records"] for n in owners], dtype=float)
+    area = 10 + 70 * np.sqrt(records / records.max())
+    xy = np.array([pos[n] for n in owners]).reshape(-1, 2)
+    if load is None:
+        ax.scatter(xy[:, 0], xy[:, 1], s=area, c="0.3", zorder=3)
+    else:
+        exchanges = [load["exchanges"][graph.nodes[n]["index"]] for n in owners]
+        dots = ax.scatter(xy[:, 0], xy[:, 1], s=area, c=exchanges, cmap="viridis", zorder=3,
+                          edgecolors="0.2", linewidths=0.3)
+        fig.colorbar(dots, ax=ax, shrink=0.6, pad=0.01, label="exchanges per owner")
+    if len(owners) <= LABEL_OWNERS_UP_TO:
+        for name in owners:
+            channel = next(n for n in graph.neighbors(name) if graph.nodes[n]["kind"] == "channel")
+            away = pos[name] - np.asarray(pos[channel])
+            ax.annotate(name, pos[name], xytext=8 * away / (np.linalg.norm(away) or 1.0),
+                        textcoords="offset points", ha="left" if away[0] >= 0 else "right",
+                        va="center", fontsize=7, zorder=4)
+
+
+MAX_CHANNEL_LINES = 8
+
+
+def _channel_lines(graph: nx.Graph, channels: list[str], load: dict | None) -> str:
+    """One line per channel (at most MAX_CHANNEL_LINES): its owners and, after a run, its
+    utilisation and collided transmissions."""
+    lines = []
+    for name in channels[:MAX_CHANNEL_LINES]:
+        c = int(name.split("-")[1])
+        text = f"channel {c}: {graph.degree(name) - 1} owners"
+        if load is not None:
+            text += (f", use {load['utilisation'][c]:.1%}, {load['collided'][c]} of "
+                     f"{load['transmissions'][c]} transmissions collided")
+        lines.append(text)
+    if len(channels) > MAX_CHANNEL_LINES:
+        lines.append(f"… and {len(channels) - MAX_CHANNEL_LINES} more channels (channels.csv)")
+    return "\n".join(lines)
+
+
+def _title(graph: nx.Graph, owners: list, each: bool, load: dict | None) -> str:
+    channels = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "channel")
+    text = f"network: learner, {channels} channel{'s' if channels > 1 else ''}, {len(owners)} owners"
+    if each:
+        text += "\nblue: channels; dot area: records" + ("; colour: exchanges" if load is not None else "")
+    return text

@@ -1,0 +1,395 @@
+"""The notebook API: runs, replications, sweeps and market comparisons from Python, as DataFrames.
+
+``dpmarket.run(scenario)`` returns a :class:`Run` whose tables are pandas DataFrames with the run's
+seed in every row (as Mesa's data collectors do), so runs concatenate and group without losing
+where each row came from. A scenario is a file, the name of a bundled example
+(``"ny_hospitals"``) or a :class:`~dpmarket.scenario.Scenario`; ``seed`` and ``overrides`` (a
+mapping ``{"privacy.epsilon": 100}`` or ``--set`` texts ``["privacy.epsilon=100"]``) are applied
+and checked exactly as on the command line. Nothing is written unless ``out`` names a directory,
+which then receives exactly what the command would write (and the tables are read from the run).
+The one exception is the forecast cache of a market scenario calibrated by pilot runs
+(``outputs/forecasts/`` under the working directory), which the commands share.
+
+Events: a run streams them to a CSV file as it goes (memory stays flat however long the run);
+without ``out`` that file is a temporary one, read back into :attr:`Run.events` and deleted
+(``events=False`` skips it). Errors are the project's exceptions (:mod:`dpmarket.errors`), never
+``SystemExit``. Imports are deferred to the calls, so ``import dpmarket`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import re
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpmarket.errors import ScenarioError
+from dpmarket.scenario import Scenario
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dpmarket.run import RunResult
+
+ScenarioLike = str | Path | Scenario
+Overrides = Mapping[str, Any] | Iterable[str] | None
+
+
+# --- scenarios ----------------------------------------------------------------------------------
+
+def load(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None) -> Scenario:
+    """A validated scenario from a file, a bundled example's name or a Scenario, with ``seed`` and
+    ``overrides`` applied as ``--seed`` and ``--set`` would be."""
+    from dpmarket import scenario as schema
+    from dpmarket.bundled import find
+
+    texts = override_texts(overrides) + ([] if seed is None else [f"seed={int(seed)}"])
+    if isinstance(scenario, Scenario):
+        return schema.override(scenario, texts)
+    return schema.load(find(scenario), texts)
+
+
+def override_texts(overrides: Overrides) -> list[str]:
+    """Overrides as ``--set`` texts: a mapping's values written as TOML, texts as they are."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        return [overrides]
+    if isinstance(overrides, Mapping):
+        return [f"{key}={toml_value(value, key)}" for key, value in overrides.items()]
+    return [str(text) for text in overrides]
+
+
+def toml_value(value: Any, key: str = "") -> str:
+    """``value`` as an inline TOML value (what ``--set key=...`` reads back as the same value)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, numbers.Integral):
+        return str(int(value))
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number):
+            return repr(number)
+        return "nan" if math.isnan(number) else ("inf" if number > 0 else "-inf")
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_toml_key(k)} = {toml_value(v, key)}" for k, v in value.items()) + "}"
+    if isinstance(value, Sequence) or hasattr(value, "tolist"):
+        items = value.tolist() if hasattr(value, "tolist") else value
+        return "[" + ", ".join(toml_value(v, key) for v in items) + "]"
+    raise ScenarioError("overrides", key, value, f"a {type(value).__name__} has no TOML form")
+
+
+def _toml_key(key: Any) -> str:
+    text = str(key)
+    return text if re.fullmatch(r"[A-Za-z0-9_-]+", text) else _toml_string(text)
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string: JSON's escapes are TOML's, and TOML also wants DEL escaped."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+# --- one run ------------------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    """One run: ``metrics`` (seed, k, time, psi), ``owners`` (seed and the owners.csv columns),
+    ``events`` (seed and the events.csv columns; None with ``events=False``), ``summary`` (the
+    summary.json content), ``scenario`` (resolved), ``out`` (its directory, if written) and
+    ``result`` (everything in memory: the model, the owners' ledgers, the network report)."""
+
+    scenario: Scenario
+    summary: dict
+    metrics: pd.DataFrame
+    owners: pd.DataFrame
+    events: pd.DataFrame | None
+    result: RunResult = field(repr=False)
+    out: Path | None = None
+
+
+def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None,
+        out: str | Path | None = None, *, replications: int | None = None, events: bool = True,
+        progress: bool = False, executor: str = "process", workers: int | None = None) -> Run | Replications:
+    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead."""
+    if replications is not None:
+        return replicate(scenario, replications, seed, overrides, out, executor=executor,
+                         workers=workers, progress=progress)
+    resolved = load(scenario, seed, overrides)
+    if out is not None:
+        from dpmarket.results import run_and_write
+
+        out = Path(out)
+        result = run_and_write(resolved, out, progress=progress)
+        table = read_events(out / "events.csv", resolved.seed) if events else None
+        return _run(resolved, result, table, out)
+    from dpmarket.run import execute
+
+    if not events:
+        return _run(resolved, execute(resolved, None, progress=progress), None, None)
+    with tempfile.TemporaryDirectory(prefix="dpmarket-events-") as temp:
+        path = Path(temp) / "events.csv"
+        result = execute(resolved, path, progress=progress)
+        return _run(resolved, result, read_events(path, resolved.seed), None)
+
+
+def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None) -> Run:
+    import numpy as np
+    import pandas as pd
+
+    from dpmarket.results import owner_rows, summary
+
+    m = result.training.metrics
+    metrics = pd.DataFrame({"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
+                            "time": np.asarray(m.time, dtype=float), "psi": np.asarray(m.psi, dtype=float)})
+    # owners.csv leaves a decliner's noise scale empty; in a DataFrame absent is NaN
+    owners = pd.DataFrame([{k: np.nan if v == "" else v for k, v in row.items()}
+                           for row in owner_rows(result)])
+    owners.insert(0, "seed", scenario.seed)
+    return Run(scenario, summary(result), metrics, owners, events, result, out)
+
+
+def read_events(path: Path, seed: int) -> pd.DataFrame:
+    """events.csv as a DataFrame with the run's seed first; absent values are NA (k and channel
+    as nullable integers)."""
+    import pandas as pd
+
+    frame = pd.read_csv(path, dtype={"kind": "category", "owner": "int64", "k": "Int64",
+                                     "epsilon_spent": "float64", "channel": "Int64", "detail": "string"})
+    frame.insert(0, "seed", seed)
+    return frame
+
+
+# --- replications and sweeps --------------------------------------------------------------------
+
+@dataclass
+class Replications:
+    """R runs of one scenario on derived seeds: ``runs`` (one row per replication: seed, ψ, counts),
+    ``metrics`` (replication, seed, k, time, psi), ``owners`` (one row per replication and owner:
+    seed, budget, own-data ψ, whether it benefits), ``summary`` (the cell's statistics)."""
+
+    scenario: Scenario
+    summary: dict
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    owners: pd.DataFrame
+    out: Path | None = None
+
+
+@dataclass
+class Sweep:
+    """A grid of scenarios, each replicated: ``cells`` (the sweep.csv table), ``runs`` (one row per
+    cell and replication, the swept values and seed in each), ``owners`` (per cell, replication and
+    owner), ``summary`` (grid, seeds and the forecast fit across cells)."""
+
+    scenario: Scenario
+    summary: dict
+    cells: pd.DataFrame
+    runs: pd.DataFrame
+    owners: pd.DataFrame
+    out: Path | None = None
+
+
+def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None,
+              overrides: Overrides = None, out: str | Path | None = None, *, executor: str = "process",
+              workers: int | None = None, progress: bool = False) -> Replications:
+    """``dpmarket run --replications R``: R runs on the replication seeds of the run seed."""
+    from dpmarket.experiment import tables
+
+    plan, how = _plan(scenario, seed, overrides, [], replications, out, executor, workers, progress)
+    (records,) = _records(plan, out, how, keep_metrics=True)
+    summary = {**_identity(plan), **tables.cell_summary(records)}
+    return Replications(plan.cells[0].scenario, summary, _runs_frame(plan, [records]),
+                        _metrics_frame(records), _owners_frame(plan, [records]),
+                        None if out is None else Path(out))
+
+
+def sweep(scenario: ScenarioLike, grid: Mapping[str, Sequence] | Iterable[str], replications: int = 1,
+          seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
+          executor: str = "process", workers: int | None = None, progress: bool = False) -> Sweep:
+    """``dpmarket sweep``: every combination of the grid's values (``{"privacy.epsilon": [1, 10]}``
+    or ``["privacy.epsilon=1,10"]``), each replicated on the same seeds."""
+    import pandas as pd
+
+    from dpmarket.experiment import tables
+
+    plan, how = _plan(scenario, seed, overrides, grid_texts(grid), replications, out, executor,
+                      workers, progress)
+    by_cell = _records(plan, out, how, keep_metrics=False)
+    rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
+    summary = {**_identity(plan), "cells": len(plan.cells),
+               "forecast": fit.to_dict() if fit else {"error": why}}
+    cells = pd.DataFrame(rows, columns=list(tables.sweep_header(plan.axes)[0]))
+    return Sweep(plan.base, summary, cells, _runs_frame(plan, by_cell), _owners_frame(plan, by_cell),
+                 None if out is None else Path(out))
+
+
+def grid_texts(grid: Mapping[str, Sequence] | Iterable[str]) -> list[str]:
+    """A grid as ``--grid`` texts: ``{"privacy.epsilon": [1, 10]}`` → ``["privacy.epsilon=1,10"]``."""
+    if isinstance(grid, str):
+        return [grid]
+    if isinstance(grid, Mapping):
+        return [f"{key}={','.join(toml_value(v, key) for v in values)}" for key, values in grid.items()]
+    return [str(text) for text in grid]
+
+
+def _plan(scenario, seed, overrides, grid: list[str], replications: int, out, executor: str,
+          workers: int | None, progress: bool):
+    """The experiment's plan (every cell validated) and how to execute it, as the commands check them."""
+    from dpmarket.experiment import command
+    from dpmarket.experiment.study import make_plan
+
+    base = load(scenario, seed, overrides)
+    source = base.source
+    job = command.Job(Path(source), base, grid, replications, None if out is None else Path(out),
+                      executor, workers, None, progress)
+    how = command.execution(job)
+    return make_plan("sweep" if grid else "replications", base, grid, replications, source), how
+
+
+def _records(plan, out, how, keep_metrics: bool) -> list[list[dict]]:
+    """Every replication's record, by cell: run into ``out`` as the command does, or in memory."""
+    if out is not None:
+        from dpmarket.experiment import study
+        from dpmarket.experiment.store import Store
+
+        out = Path(out)
+        (study.run_sweep if plan.kind == "sweep" else study.run_replications)(plan, out, how)
+        store = Store(out, plan.identity())
+        return [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+    return _in_memory(plan, how, keep_metrics)
+
+
+def _in_memory(plan, how, keep_metrics: bool) -> list[list[dict]]:
+    """The plan's tasks on its executor, records kept in memory and sorted (no store, no files)."""
+    from dpmarket.experiment.executors import run_tasks
+    from dpmarket.experiment.study import chunk_size
+    from dpmarket.experiment.task import Task
+
+    size = chunk_size(len(plan.cells) * plan.replications, how.worker_count)
+    tasks = [Task(cell.index, cell.scenario, tuple(range(start, min(start + size, plan.replications))),
+                  tuple(plan.seeds[start:start + size]), keep_metrics)
+             for cell in plan.cells for start in range(0, plan.replications, size)]
+    found: dict[tuple[int, int], dict] = {}
+    with _bar(len(plan.cells) * plan.replications, plan.kind, how.progress) as bar:
+        def on_done(task, records: list[dict]) -> None:
+            for record in records:
+                found[record["cell"], record["replication"]] = record
+            bar.update(len(records))
+
+        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+    return [[found[c.index, r] for r in range(plan.replications)] for c in plan.cells]
+
+
+def _bar(total: int, kind: str, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="run", desc=kind, leave=False, disable=None if enabled else True)
+
+
+def _identity(plan) -> dict:
+    return {"scenario": plan.base.name, "kind": plan.kind, "seed": plan.base.seed,
+            "replications": plan.replications, "seeds": list(plan.seeds),
+            "grid": [{"key": a.key, "values": list(a.values)} for a in plan.axes]}
+
+
+RUN_COLUMNS = ("replication", "seed", "psi_final", "psi_zero", "iterations", "stop_reason", "collisions",
+               "dropouts", "losses", "refusals", "simulated_time")
+
+
+def _swept(plan, cell_index: int) -> dict:
+    """The swept keys and values of a cell (nothing for replications)."""
+    cell = plan.cells[cell_index]
+    return {a.key: v for a, v in zip(plan.axes, cell.values, strict=True)}
+
+
+def _runs_frame(plan, by_cell: list[list[dict]]) -> pd.DataFrame:
+    import numpy as np
+    import pandas as pd
+
+    rows = []
+    for c, records in enumerate(by_cell):
+        own = np.array(records[0]["owners"]["own_psi"])
+        for r in records:
+            row = {"cell": c, **_swept(plan, c)} if plan.kind == "sweep" else {}
+            row.update({k: r.get(k, np.nan) for k in RUN_COLUMNS})
+            row["owners_benefiting"] = int(np.sum(r["psi_final"] < own))
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _metrics_frame(records: list[dict]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame([{"replication": r["replication"], "seed": r["seed"], "k": k, "time": t, "psi": p}
+                         for r in records
+                         for k, t, p in zip(r["metrics"]["k"], r["metrics"]["time"], r["metrics"]["psi"],
+                                            strict=True)])
+
+
+def _owners_frame(plan, by_cell: list[list[dict]]) -> pd.DataFrame:
+    import pandas as pd
+
+    rows = []
+    for c, records in enumerate(by_cell):
+        for r in records:
+            o = r["owners"]
+            for i, own in enumerate(o["own_psi"]):
+                row = {"cell": c, **_swept(plan, c)} if plan.kind == "sweep" else {}
+                row.update({"replication": r["replication"], "seed": r["seed"], "owner": i,
+                            "name": o["name"][i], "records": o["records"][i], "epsilon": o["epsilon"][i],
+                            "own_psi": own, "benefits": bool(r["psi_final"] < own)})
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+# --- market comparisons -------------------------------------------------------------------------
+
+@dataclass
+class MarketComparison:
+    """Policies compared on common random numbers: ``policies`` (the policies.csv table), ``owners``
+    (market.csv: per policy and owner, with the market's seed), ``runs`` (policy, replication, seed,
+    psi: every training run), ``summary`` (seeds, policies, the forecast and its source)."""
+
+    scenario: Scenario
+    summary: dict
+    policies: pd.DataFrame
+    owners: pd.DataFrame
+    runs: pd.DataFrame
+    out: Path | None = None
+
+
+def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: int = 1,
+           seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
+           workers: int = 1, progress: bool = False) -> MarketComparison:
+    """``dpmarket market``: every policy settled on the same owners and forecast, each trained on the
+    same ``replications`` seeds (the scenario's own seed for one)."""
+    import pandas as pd
+
+    from dpmarket.market import compare
+
+    if replications < 1 or workers < 1:
+        raise ScenarioError("market", "replications" if replications < 1 else "workers",
+                            min(replications, workers), "must be at least 1")
+    resolved = load(scenario, seed, overrides)
+    text = policies if isinstance(policies, str) else ",".join(policies)
+    names = compare.parse_policies(text, resolved, resolved.source)
+    comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress)
+    rows = compare.write(comparison, Path(out)) if out is not None else compare.policy_rows(comparison)
+    owners = pd.DataFrame(compare.market_rows(comparison))
+    owners.insert(0, "seed", comparison.scenario.seed)
+    runs = pd.DataFrame([{"policy": r.outcome.policy, "replication": j, "seed": comparison.seeds[j],
+                          "psi": float(psi)} for r in comparison.results for j, psi in enumerate(r.psi)],
+                        columns=["policy", "replication", "seed", "psi"])
+    summary = {"scenario": comparison.scenario.name, "seed": comparison.scenario.seed,
+               "seeds": comparison.seeds, "policies": [r["policy"] for r in rows],
+               "forecast": {**comparison.forecast, "source": comparison.forecast_source}}
+    return MarketComparison(comparison.scenario, summary, pd.DataFrame(rows), owners, runs,
+                            None if out is None else Path(out))
+

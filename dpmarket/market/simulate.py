@@ -1,0 +1,79 @@
+"""The training runs of a policy comparison: in this process or on forked workers, same numbers.
+
+Each run is a pure function of (scenario, data, participants, their ε, run seed), so where it
+runs changes only the speed: results come back in the order the runs were given. Workers are
+forked with the data already built (no pickling of the owners' records; elsewhere than Linux they
+receive a pickled copy), ignore Ctrl-C (the parent decides) and use one BLAS thread each, as the
+experiment executors' workers do (dpmarket/experiment/executors.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+import numpy as np
+
+from dpmarket import processes
+from dpmarket.progress import Progress
+from dpmarket.progress import of as progress_of
+
+Job = tuple[np.ndarray, np.ndarray, int]  # participants (indices), ε of every owner, run seed
+_SHARED: tuple | None = None  # (scenario, consortium, objective) in a worker
+
+
+def final_psi(scenario, consortium, objective, jobs: list[Job], workers: int = 1,
+              progress: bool | Progress = False) -> list[float]:
+    """ψ at the end of each run of ``jobs``, in their order, on ``workers`` processes (1: here);
+    ``progress`` counts the runs."""
+    shared = (scenario, consortium, objective)
+    with progress_of(progress).phase("training the policies' runs", total=len(jobs), unit="run") as bar:
+        if workers <= 1 or len(jobs) <= 1:
+            out = []
+            for job in jobs:
+                out.append(_train(shared, job))
+                bar.update()
+            return out
+        return _on_pool(shared, jobs, workers, bar)
+
+
+def _train(shared: tuple, job: Job) -> float:
+    from dpmarket.run import train  # deferred: run imports the market layer
+
+    scenario, consortium, objective = shared
+    members, epsilons, seed = job
+    run = train(scenario.model_copy(update={"seed": seed}), consortium, objective, members, epsilons)
+    return float(run.training.metrics.psi[-1])
+
+
+def _on_pool(shared: tuple, jobs: list[Job], workers: int, bar) -> list[float]:
+    """The runs on a process pool; on Ctrl-C queued runs are cancelled and nothing is returned."""
+    context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
+                               initializer=_start_worker, initargs=(shared, os.getpid()))
+    try:
+        futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
+        out: list[float] = [float("nan")] * len(jobs)
+        for future in as_completed(futures):
+            out[futures[future]] = future.result()
+            bar.update()
+        return out
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _start_worker(shared: tuple, parent: int) -> None:
+    """A worker keeps the data, leaves Ctrl-C to the parent, dies with it (even a killed one:
+    :func:`dpmarket.processes.init_helper`) and runs BLAS on one thread."""
+    global _SHARED
+    from threadpoolctl import threadpool_limits
+
+    processes.init_helper(parent)
+    threadpool_limits(1)
+    _SHARED = shared
+
+
+def _run_job(job: Job) -> float:
+    return _train(_SHARED, job)

@@ -1,0 +1,151 @@
+"""Budgets in market scenarios: the market sets each owner's ε, so a budget the user gives (in the
+file or with --set) is refused with one line saying so, while defaults and written scenario.toml
+files (which leave privacy.epsilon out) keep working, byte for byte."""
+
+from __future__ import annotations
+
+import filecmp
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dpmarket.cli import main
+from dpmarket.errors import ScenarioError
+from dpmarket.scenario import load, validate
+from tests.helpers import tiny
+
+ROOT = Path(__file__).resolve().parents[1]
+NY = ROOT / "scenarios" / "ny_hospitals.toml"
+MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
+          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
+MARKET_TOML = """name = "m"
+seed = 4
+[data]
+owners = 3
+records = 300
+features = 3
+[learner]
+iterations = 60
+rho = 3.0
+[output]
+metric_points = 10
+plots = false
+[market]
+policy = "posted_price"
+price = 1.0
+value = 10.0
+epsilon_min = 0.5
+epsilon_max = 20.0
+costs = { kind = "quadratic", coef = 0.5 }
+forecast = { c0 = 0.01, c1 = 0.0, c2 = 2e4 }
+"""
+
+
+@pytest.mark.parametrize("sections, key", [
+    ({"privacy": {"epsilon": 100.0}}, "privacy.epsilon"),
+    ({"privacy": {"epsilon": 1.0}}, "privacy.epsilon"),  # given, even if equal to the default
+    ({"owners": [{}, {"epsilon": 3.0}]}, "owners.1.epsilon"),
+])
+def test_a_budget_given_beside_a_market_is_refused_naming_the_key(sections, key):
+    with pytest.raises(ScenarioError) as err:
+        tiny(market=MARKET, **sections)
+    assert err.value.key == key
+    assert "market.price" in str(err.value) and "[market]" in str(err.value)
+
+
+def test_budgets_without_a_market_are_untouched():
+    s = tiny(privacy={"epsilon": 100.0}, owners=[{"epsilon": 3.0}])
+    assert s.owner_value(0, "epsilon") == 3.0 and s.owner_value(1, "epsilon") == 100.0
+    assert "epsilon = 100.0" in s.to_toml()  # written as before
+
+
+def test_the_resolved_market_scenario_leaves_out_the_unused_budget_and_reloads_equal():
+    s = tiny(market=MARKET)
+    text = s.to_toml()
+    assert re.search(r"^epsilon\s*=", text, re.M) is None
+    assert validate(s.resolved_table(), "again") == s
+
+
+def test_the_refusal_names_the_policys_own_lever():
+    with pytest.raises(ScenarioError, match="market.offer_epsilon"):
+        tiny(market={**MARKET, "policy": "auction", "offer_epsilon": 2.0}, privacy={"epsilon": 2.0})
+
+
+def test_cli_override_is_one_line_exit_2_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "m.toml"
+    path.write_text(MARKET_TOML)
+    out = tmp_path / "run"
+    assert main(["run", str(path), "--out", str(out), "--set", "privacy.epsilon=100"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "(with --set privacy.epsilon=100): privacy.epsilon = 100.0: not used with a [market]" in err
+    assert not out.exists()
+
+
+def test_a_grid_over_the_budget_of_a_market_scenario_is_refused(tmp_path, capsys):
+    path = tmp_path / "m.toml"
+    path.write_text(MARKET_TOML)
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--out", str(tmp_path / "s"),
+                 "--executor", "serial", "--quiet"]) == 2
+    assert "(with --grid privacy.epsilon=1): privacy.epsilon" in capsys.readouterr().err
+
+
+def test_rerunning_a_written_market_scenario_gives_identical_bytes(tmp_path, capsys):
+    path = tmp_path / "m.toml"
+    path.write_text(MARKET_TOML)
+    first, second = tmp_path / "a", tmp_path / "b"
+    assert main(["run", str(path), "--out", str(first), "--quiet"]) == 0
+    assert main(["run", str(first / "scenario.toml"), "--out", str(second), "--quiet"]) == 0
+    names = sorted(p.name for p in first.iterdir())
+    assert names == sorted(p.name for p in second.iterdir())
+    _, mismatch, errors = filecmp.cmpfiles(first, second, [n for n in names if n != "summary.json"],
+                                           shallow=False)
+    assert mismatch == [] and errors == []
+
+
+def header_commands(path: Path) -> list[list[str]]:
+    """The arguments of every ``python -m dpmarket ...`` command in a scenario's header comment."""
+    commands = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        found = re.search(r"python -m dpmarket ([^;(]*)", line)
+        if found:
+            commands.append(shlex.split(found.group(1)))
+    return commands
+
+
+def test_the_quickstart_header_suggests_only_commands_that_do_what_they_say():
+    commands = header_commands(NY)
+    assert [c[0] for c in commands] == ["run", "timeline", "run"]
+    for args in commands:
+        if args[0] == "run":  # every suggested run is a valid scenario with its overrides
+            load(ROOT / args[1], args[3::2])
+    raised = [c for c in commands if "--set" in c][0]
+    assert raised[raised.index("--set") + 1] == "market.price=10"
+    # "buys eps = 100 (50 for the two cautious hospitals)": the market, settled, says so too
+    from dpmarket.market.stage import settle_market
+    from dpmarket.run import prepare
+
+    s = load(NY, ["market.price=10"])
+    eps = settle_market(s, prepare(s)).outcome.epsilon
+    assert np.allclose(eps[:2], 50.0) and np.allclose(eps[2:], 100.0)
+    with pytest.raises(ScenarioError, match="privacy.epsilon"):  # and what the header says is refused is
+        load(NY, ["privacy.epsilon=100"])
+
+
+def test_a_market_runs_topology_carries_the_budgets_sold(tmp_path):
+    import networkx as nx
+
+    from dpmarket.results import run_and_write
+
+    s = tiny(market={**MARKET, "price": 2.0}, owners=[{}, {}, {"cost_coef": 1.0}],
+             network={"mode": "request"})
+    result = run_and_write(s, tmp_path / "run")
+    graph = nx.read_graphml(tmp_path / "run" / "topology.graphml")
+    drawn = {name: d["epsilon"] for name, d in graph.nodes(data=True) if d["kind"] == "owner"}
+    sold = dict(zip(result.consortium.names, result.market.outcome.epsilon.tolist(), strict=True))
+    assert drawn == pytest.approx(sold) and sorted(set(sold.values())) == [2.0, 4.0]

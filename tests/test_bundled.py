@@ -1,0 +1,81 @@
+"""The bundled example scenarios: shipped in the package, listed by ``dpmarket scenarios``, run by
+name from any directory; a file always wins over a name, and an unknown name is one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dpmarket import bundled
+from dpmarket.cli import main
+from dpmarket.errors import ScenarioError
+from dpmarket.scenario import load
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_package_holds_exactly_the_repositorys_scenarios():
+    repo = sorted(p.relative_to(ROOT / "scenarios").with_suffix("").as_posix()
+                  for p in (ROOT / "scenarios").rglob("*.toml"))
+    assert [e.name for e in bundled.examples()] == repo and "ny_hospitals" in repo
+    assert (bundled.directory() / "ny_hospitals.toml").read_bytes() == (
+        ROOT / "scenarios" / "ny_hospitals.toml").read_bytes()
+
+
+@pytest.mark.parametrize("example", bundled.examples(), ids=lambda e: e.name)
+def test_every_bundled_scenario_validates_or_names_its_missing_records(example):
+    assert example.description  # the listing shows one line for each
+    try:
+        load(example.path)
+    except ScenarioError as err:  # a real-data example whose records are not on this machine
+        assert example.data is not None and err.key == "data.path" and "--set data.path" in str(err)
+
+
+def test_a_name_finds_the_bundled_file_and_a_file_wins_over_a_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert bundled.find("ny_hospitals") == bundled.directory() / "ny_hospitals.toml"
+    assert bundled.find("paper/many_banks.toml") == bundled.directory() / "paper" / "many_banks.toml"
+    (tmp_path / "ny_hospitals").write_text("name = 'mine'\n")
+    assert bundled.find("ny_hospitals") == Path("ny_hospitals")
+
+
+def test_an_unknown_name_lists_the_bundled_ones(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "ny_hospital"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "ny_hospital: no such file, nor a bundled scenario" in err
+    assert all(e.name in err for e in bundled.examples())
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_a_repository_path_used_elsewhere_points_to_the_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "scenarios/paper/ny_hospitals.toml"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dpmarket run paper/ny_hospitals" in err
+
+
+def test_commands_take_a_name_from_any_directory(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "fraud_svm", "--quiet", "--set", "learner.iterations=5"]) == 0
+    assert capsys.readouterr().out == ""
+    assert main(["run", "lending_banks", "--quiet", "--set", "data.records=500",
+                 "--set", "learner.iterations=20", "--set", "output.plots=false"]) == 0
+    assert (tmp_path / "outputs" / "lending_banks-seed2018" / "summary.json").is_file()
+
+
+def test_missing_records_are_one_line_saying_how_to_point_to_them(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["validate", "lending_grades", "--set", "data.path=absent.csv"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "data.path" in err and "absent.csv" in err
+    assert "point to the records with --set data.path=FILE" in err
+
+
+def test_the_listing_describes_each_example_and_flags_unbundled_records(capsys):
+    assert main(["scenarios"]) == 0
+    out = capsys.readouterr().out
+    for e in bundled.examples():
+        assert f"  {e.name} " in out and e.description in out
+    assert out.count("not bundled") == sum(e.data is not None for e in bundled.examples()) > 0
