@@ -114,7 +114,7 @@ def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     except json.JSONDecodeError as exc:
-        return None, f"not JSON ({exc.msg} at character {exc.pos}: truncated?)"
+        return None, _not_json(exc)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the record"
@@ -122,6 +122,10 @@ def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
     if metrics and checked.metrics is None:
         return None, "metrics: missing"
     return record, ""
+
+
+def _not_json(exc: json.JSONDecodeError) -> str:
+    return f"not JSON ({exc.msg}, character {exc.pos}: truncated?)"
 
 
 def warn(text: str) -> None:
@@ -186,7 +190,8 @@ class Store:
                 raise ValueError("not an experiment's identity")
             return stored
         except ValueError as exc:  # JSON and UTF-8 errors included
-            reason = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0]
+            reason = ("empty file" if not marker.read_bytes().strip() else
+                      _not_json(exc) if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0])
         if self.saved():
             raise ExperimentDirectoryError(
                 f"{marker}: damaged ({reason}); it records which experiment the {len(self.saved())} saved "
