@@ -9,7 +9,8 @@ import textwrap
 from pathlib import Path
 
 from dpmarket import __version__
-from dpmarket.errors import DPMarketError
+from dpmarket.errors import DPMarketError, one_line
+from dpmarket.processes import exit_status, sigterm_as_interrupt
 
 SCENARIO_HELP = ("a scenario file (TOML), or the name of a bundled example such as ny_hospitals "
                  "(`dpmarket scenarios` lists them)")
@@ -148,6 +149,11 @@ def _add_executor(parser: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m dpmarket`` and the ``dpmarket`` script."""
     args = _parser().parse_args(argv)
+    with sigterm_as_interrupt():  # SIGTERM ends a command as Ctrl-C does (exit 143, not 130)
+        return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
@@ -163,11 +169,11 @@ def main(argv: list[str] | None = None) -> int:
             return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
-        print(f"dpmarket: error: {exc}", file=sys.stderr)
+        print(f"dpmarket: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print("dpmarket: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return exit_status(stop)
     except BrokenPipeError:
         # The reader (``| head``) left early: everything was written already, so no traceback;
         # stdout goes to devnull so that the interpreter's final flush does not raise again.
@@ -201,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from dpmarket import results
 
-        out = args.out or Path("outputs") / f"{scenario.name}-seed{scenario.seed}"
+        out = args.out or results.default_run_dir(scenario)
         result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
     finally:
         painter.close()
@@ -224,11 +230,14 @@ def _forecast(args: argparse.Namespace) -> int:
 
 
 def _market(args: argparse.Namespace) -> int:
+    from dpmarket import directories
     from dpmarket.market import compare
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
-    out = args.out or Path("outputs") / f"{scenario.name}-market"
+    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications))
+    out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
+    directories.check(out, what)  # before the work: another comparison's results are never replaced
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
                                  progress=not args.quiet)
     rows = compare.write(comparison, out)
@@ -253,8 +262,8 @@ def _experiment(args: argparse.Namespace) -> int:
     plan, out, how = command.plan(job)
     try:
         print(command.run(plan, out, how))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         print(f"dpmarket: interrupted; finished replications are saved in {out}: "
               f"re-run the same command to resume", file=sys.stderr)
-        return 130
+        return exit_status(stop)
     return 0

@@ -8,6 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
+# Characters that end a line for str.splitlines() (and for terminals or log readers)
+_LINE_BREAKS = {**{c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+                   for c in (0x0B, 0x0C, 0x1C, 0x1D, 0x1E, 0x85, 0x2028, 0x2029)},
+                0x0A: "\\n", 0x0D: "\\r"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with every line break escaped (``\\n``, ``\\x1e``…): a message that quotes a user's
+    key, value or path stays one line whatever they contain."""
+    return text.translate(_LINE_BREAKS)
+
 
 class DPMarketError(Exception):
     """Base class of all errors a user can cause (bad scenario, missing file, bad value)."""

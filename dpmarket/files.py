@@ -1,21 +1,41 @@
-"""Writing results the way users expect: whole or not at all, readable as their umask says, and
-JSON that every parser reads.
+"""Writing results the way users expect: whole or not at all, one writer at a time, readable as
+their umask says, JSON that every parser reads, and a failure of the file system as one line.
 
 ``tempfile`` creates its files 0600 and its directories 0700 — right for secrets, wrong for
 results a team shares on one server: everything dpmarket stages is given the mode a plain
 ``open``/``mkdir`` would have had under the process's umask before it is moved into place.
+
+An output directory ``D`` is written by one process at a time: the writer holds an exclusive
+``flock`` on ``.D.lock`` beside it (:func:`locked`), and a second writer is refused with one
+line. The kernel releases the lock when its holder dies, however it dies, so whoever holds it
+knows that any staging directory of ``D`` (``.D.XXXXXXXX``, :func:`staging_dir`) was left by a
+process that is gone, and removes it (:func:`remove_stale_staging`).
 """
 
 from __future__ import annotations
 
+import errno
 import functools
+import hashlib
 import json
 import math
 import os
+import re
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from dpmarket.errors import RunDirectoryError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locking (documented in the README)
+    fcntl = None  # type: ignore[assignment]
+
+STAGING_NAME = r"[a-z0-9_]{8}"  # what tempfile.mkdtemp appends to a staging directory's prefix
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,18 +58,173 @@ def staging_dir(parent: Path, prefix: str, suffix: str = "") -> Path:
     return path
 
 
+def remove_stale_staging(parent: Path, prefix: str, suffix: str = "") -> list[Path]:
+    """Remove the staging directories ``prefix + 8 characters + suffix`` in ``parent``.
+
+    Call it only while holding the lock of the directory they stage (:func:`locked`): every
+    writer holds that lock as long as its staging directory exists, so these were left by a
+    killed process. Returns what was removed.
+    """
+    pattern = re.compile(re.escape(prefix) + STAGING_NAME + re.escape(suffix))
+    stale = [p for p in Path(parent).iterdir() if pattern.fullmatch(p.name) and p.is_dir()
+             and not p.is_symlink()] if Path(parent).is_dir() else []
+    for path in stale:
+        shutil.rmtree(path)
+    return stale
+
+
+def sibling_prefix(target: Path) -> str:
+    """``.NAME.``: how the hidden siblings of ``target`` (its lock, its staging directories) start.
+    A name near the file system's limit of 255 bytes is shortened, with a hash of the whole."""
+    name = Path(target).name
+    raw = os.fsencode(name)
+    if len(raw) > 200:
+        name = f"{raw[:150].decode(errors='ignore')}~{hashlib.sha256(raw).hexdigest()[:16]}"
+    return f".{name}."
+
+
+def lock_path(target: Path) -> Path:
+    """The lock file of output directory ``target``: hidden, beside it."""
+    return target.parent / f"{sibling_prefix(target)}lock"
+
+
+@contextmanager
+def locked(target: Path) -> Iterator[None]:
+    """Hold the exclusive lock of output directory ``target`` (creating its parent if needed);
+    another process holding it is one :class:`RunDirectoryError`. The lock file is removed on
+    release; a new holder checks that the file it locked is still the one on disk."""
+    target = Path(target)
+    if fcntl is None:
+        yield
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    path = lock_path(target)
+    fd = _acquire(path, target)
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        try:
+            os.unlink(path)
+        finally:
+            os.close(fd)
+
+
+def _acquire(path: Path, target: Path) -> int:
+    """An open descriptor of ``path`` holding its flock (see :func:`locked`)."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666 & ~umask())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise RunDirectoryError(f"{target}: another dpmarket process (pid {holder}) is writing "
+                                    f"there; wait for it to finish or choose another --out") from None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # the holder removed it as we opened it: lock the new one
+
+
+@contextmanager
+def writing(target: Path) -> Iterator[None]:
+    """Turn an ``OSError`` of the file system while writing ``target`` (full disk, quota, read-only,
+    permission, name too long) into one :class:`RunDirectoryError` naming the path. A broken pipe
+    is the reader's business (the CLI handles it) and passes through."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise RunDirectoryError(write_failure(Path(target), exc)) from None
+
+
+def write_failure(target: Path, exc: OSError) -> str:
+    """``target: cannot write: <reason>``, naming the file too when it lies elsewhere."""
+    reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc) or type(exc).__name__
+    other = exc.filename
+    where = "" if other is None or _inside(Path(os.fsdecode(other)), Path(target).parent) else f" ({other})"
+    return f"{target}: cannot write{where}: {reason}"
+
+
+def _inside(path: Path, directory: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(directory.resolve())
+    except (OSError, ValueError):
+        return False
+
+
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
     """Call ``write(temp)`` on a hidden sibling of ``path``, then rename it over ``path``: a
-    reader never sees half a file, and a failure leaves ``path`` as it was."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        as_if_created(temp)
-        write(Path(temp))
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    reader never sees half a file, and a failure leaves ``path`` as it was. A failing file
+    system (full disk, permissions…) is one :class:`RunDirectoryError` naming ``path``."""
+    with writing(path):
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        try:
+            as_if_created(temp)
+            write(Path(temp))
+            os.replace(temp, path)
+        finally:
+            if os.path.exists(temp):
+                os.unlink(temp)
+
+
+def first_difference(a: Any, b: Any, where: str = "") -> str | None:
+    """The dotted path of the first difference between two JSON-like values (None if equal),
+    as ``key = <b> there, <a> here``: ``a`` is what would be written, ``b`` what is on disk."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in sorted(set(a) | set(b)):
+            found = first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            found = first_difference(x, y, f"{where}.{i}")
+            if found is not None:
+                return found
+        return None
+    return None if a == b else f"{where or 'value'} = {b!r} there, {a!r} here"
+
+
+def default_directory(base: Path, holds_these: Callable[[Path], bool]) -> Path:
+    """Where a command writes when no --out is given: ``base``, or ``base-2``, ``base-3``, …
+
+    The first of them that already holds these results (``holds_these``: the same command
+    re-run, or resumed), else the first that is free (missing or empty): a default directory is
+    never refused and never overwritten with other results.
+    """
+    with writing(base):
+        return _first_default(base, holds_these)
+
+
+def _first_default(base: Path, holds_these: Callable[[Path], bool]) -> Path:
+    taken = [base, *sorted((p for p in base.parent.glob(f"{glob_escape(base.name)}-*")
+                            if re.fullmatch(re.escape(base.name) + r"-[1-9][0-9]*", p.name)),
+                           key=lambda p: int(p.name.rsplit("-", 1)[1]))]
+    for path in taken:
+        if _non_empty_dir(path) and holds_these(path):
+            return path
+    n = 1
+    while True:
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        if not path.exists() or (path.is_dir() and not any(path.iterdir())):
+            return path
+        n += 1
+
+
+def glob_escape(name: str) -> str:
+    """``name`` with glob's special characters taken literally."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _non_empty_dir(path: Path) -> bool:
+    return path.is_dir() and any(path.iterdir())
 
 
 def strict(value: Any) -> Any:

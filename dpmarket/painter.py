@@ -4,14 +4,18 @@ Importing matplotlib and drawing the first figure take about a second. A forked 
 both on the second core while the main process generates data and simulates; only plain,
 picklable data cross to it. Where fork is unavailable (or the helper is disabled) figures are
 drawn in the calling process, with the same bytes. This module imports only the standard
-library, so a caller can start the helper before anything heavy is loaded.
+library (and :mod:`dpmarket.processes`, which does too), so a caller can start the helper before
+anything heavy is loaded.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from dpmarket import processes
 
 
 def _paint(kind: str, data, path: str) -> None:
@@ -48,7 +52,10 @@ class Painter:
         self._pool, self._jobs = None, []
         if enabled and "fork" in multiprocessing.get_all_start_methods():
             context = multiprocessing.get_context("fork")
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context)
+            # The helper ignores Ctrl-C (no traceback of its own: this process reports the
+            # interrupt) and dies with this process, even a killed one.
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=context,
+                                             initializer=processes.init_helper, initargs=(os.getpid(),))
             self._jobs.append(self._pool.submit(_warm))
 
     def paint(self, kind: str, data, path: str) -> None:

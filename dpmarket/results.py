@@ -1,24 +1,20 @@
 """Run directories (design §7): written whole or not at all, with the resolved scenario.
 
 Files are written into a hidden sibling directory which is renamed into place only when the
-run succeeded, so a failed or interrupted run never leaves a half-written directory behind.
-An existing *run* directory at the target is replaced; any other non-empty directory is an
-error rather than something dpmarket would silently overwrite.
+run succeeded, so a failed or interrupted run never leaves a half-written directory behind
+(:mod:`dpmarket.directories`). A run directory of the same resolved scenario is replaced (the
+same bytes); any other non-empty directory is refused rather than silently overwritten.
 """
 
 from __future__ import annotations
 
 import csv
-import os
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
 from dpmarket import files
-from dpmarket.errors import RunDirectoryError
+from dpmarket.directories import Identity, default_directory, run_directory
 from dpmarket.market.outcome import learner_value
 from dpmarket.painter import Painter
 from dpmarket.privacy import is_pure
@@ -27,30 +23,15 @@ from dpmarket.progress import of as progress_of
 from dpmarket.run import RunResult, is_async
 from dpmarket.stepsize import STABILITY_LIMIT
 
-RUN_MARKER = "summary.json"
+
+def run_identity(scenario) -> Identity:
+    """What a run directory of ``scenario`` holds: its resolved scenario."""
+    return Identity("run", scenario.to_toml())
 
 
-@contextmanager
-def run_directory(target: Path) -> Iterator[Path]:
-    """Yield a staging directory; on success it atomically becomes ``target``."""
-    target = Path(target)
-    if target.exists() and (not target.is_dir() or
-                            (any(target.iterdir()) and not (target / RUN_MARKER).exists())):
-        raise RunDirectoryError(
-            f"{target}: exists and is not a dpmarket run directory; choose another --out")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = files.staging_dir(target.parent, f".{target.name}.")
-    except OSError as exc:
-        raise RunDirectoryError(f"{target}: cannot create: {exc.strerror}") from None
-    try:
-        yield staging
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+def default_run_dir(scenario) -> Path:
+    """``outputs/NAME-seedSEED``, or ``-2``, ``-3``…: the first holding this very run, or free."""
+    return default_directory(Path("outputs") / f"{scenario.name}-seed{scenario.seed}", run_identity(scenario))
 
 
 def write_run(result: RunResult, directory: Path, plots: bool = True,
@@ -337,7 +318,7 @@ def run_and_write(scenario, out: Path, progress: bool | Progress = False,
     from dpmarket.run import execute
 
     painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
-    with painter, run_directory(out) as staging:
+    with painter, run_directory(out, run_identity(scenario)) as staging:
         # Drawn while the simulation runs, except in a market run: its budgets are known after the market.
         early = scenario.market is None
 

@@ -427,7 +427,7 @@ def _assign(node: Any, part: str, value: Any, where: list[str], source: str) -> 
 
 
 def _index(node: list, part: str, where: list[str], source: str) -> int:
-    if not part.isdigit() or int(part) >= len(node):
+    if not (part.isascii() and part.isdigit()) or int(part) >= len(node):  # '٣', '²' are no index
         raise ScenarioError(source, ".".join(where), _MISSING,
                             f"no item {part!r} (the list has {len(node)})")
     return int(part)
@@ -759,9 +759,17 @@ def _overridden(table: dict, overrides, source: str, base: Path) -> Scenario:
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
-    _resolve_trace(table, base, label)
-    _resolve_data_path(table, Path.cwd(), label)  # one given with --set: relative to where it runs
+    resolve_files(table, base, label)
     return validate(table, label)
+
+
+def resolve_files(table: dict, base: Path, source: str) -> None:
+    """Make the files a scenario names absolute and check that they exist (``source`` names the
+    file and overrides in the error): the availability trace relative to ``base`` (the scenario
+    file's directory), a ``data.path`` given by an override (--set, a --grid cell) relative to
+    the working directory."""
+    _resolve_trace(table, base, source)
+    _resolve_data_path(table, Path.cwd(), source)
 
 
 def _resolve_trace(table: dict, base: Path, source: str) -> None:

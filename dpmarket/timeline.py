@@ -11,6 +11,8 @@ binned, never subsampled), which stay legible for 10,000 owners.
 
 from __future__ import annotations
 
+import hashlib
+import re
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,7 +68,7 @@ def select_owners(spec: str | None, names: list[str]) -> np.ndarray:
     for part in (p.strip() for p in spec.split(",") if p.strip()):
         if part in index:
             chosen.append(index[part])
-        elif part.replace("-", "").isdigit() and part.count("-") <= 1:
+        elif re.fullmatch(r"[0-9]+(-[0-9]*)?", part):  # ASCII digits only ('٣' or '²' are not)
             lo, _, hi = part.partition("-")
             chosen.extend(range(int(lo), int(hi or lo) + 1))
         else:
@@ -143,7 +145,8 @@ def channel_table(run: Run, t0: float, t1: float) -> pd.DataFrame | None:
     return table
 
 
-def format_tables(owners: pd.DataFrame, channels: pd.DataFrame | None, t0: float, t1: float) -> str:
+def format_tables(owners: pd.DataFrame, channels: pd.DataFrame | None, t0: float, t1: float,
+                  csv_name: str = "the CSV") -> str:
     """The printed report: owners (busiest first, at most MAX_ROWS) and channels."""
     shown = owners.sort_values(["exchanges", "owner"], ascending=[False, True], kind="stable")
     lines = [f"owners in [{t0:.6g}, {t1:.6g}] ({len(owners)} selected)"]
@@ -153,7 +156,7 @@ def format_tables(owners: pd.DataFrame, channels: pd.DataFrame | None, t0: float
     if len(rest):
         lines.append(f"... and {len(rest)} more owners: {int(rest['exchanges'].sum())} exchanges, "
                      f"{int(rest['collisions'].sum())} collisions, downtime {rest['downtime'].sum():.4g} "
-                     "(all rows in timeline_owners.csv)")
+                     f"(all rows in {csv_name})")
     if channels is not None:
         lines += ["", "channels (utilisation over the whole run"
                   + ("; window_estimate = transmissions in the window x transmission_time / window, "
@@ -167,17 +170,36 @@ def _atomic(path: Path, write) -> None:
     files.write_atomic(path, lambda temp: write(str(temp)))
 
 
+def output_name(owners: str | None, t0: float | None, t1: float | None) -> str:
+    """``timeline-TAG``, TAG naming the selection (``all``, ``owners-0-9,crouse``, ``from-1-to-5``…):
+    the command never replaces the run's own ``timeline.png`` (which report.html shows), and
+    different selections never replace each other. A tag that is long, or had characters a file
+    name should not carry, is shortened and made unique by a hash of the selection."""
+    parts = ([f"owners-{owners}"] if owners else []) + ([f"from-{t0:g}"] if t0 is not None else []) \
+        + ([f"to-{t1:g}"] if t1 is not None else [])
+    tag = "-".join(parts) or "all"
+    safe = re.sub(r"[^A-Za-z0-9.,_-]+", "_", tag)
+    if safe != tag or len(safe) > 60:
+        safe = f"{safe[:48]}-{hashlib.sha256(tag.encode()).hexdigest()[:10]}"
+    return f"timeline-{safe}"
+
+
 def report(run_dir: str | Path, owners: str | None = None, t0: float | None = None,
            t1: float | None = None) -> str:
-    """Summarise and draw a run's timeline; writes timeline_owners.csv and timeline.png."""
+    """Summarise and draw a run's timeline; writes ``timeline-TAG.csv`` (the per-owner table) and
+    ``timeline-TAG.png`` into the run directory (:func:`output_name`)."""
     run = load_run(run_dir)
     start, stop = (0.0 if t0 is None else t0), (run.end if t1 is None else t1)
     if stop <= start:
         raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
     selected = select_owners(owners, list(run.owners["name"]))
     table = owner_table(run, selected, start, stop)
-    _atomic(run.path / "timeline_owners.csv", lambda p: table.to_csv(p, index=False))
-    from dpmarket import timeline_plot  # deferred: matplotlib is slow to import
+    name = output_name(owners, t0, t1)
+    csv_path, png_path = run.path / f"{name}.csv", run.path / f"{name}.png"
+    with files.writing(png_path):
+        _atomic(csv_path, lambda p: table.to_csv(p, index=False))
+        from dpmarket import timeline_plot  # deferred: matplotlib is slow to import
 
-    _atomic(run.path / "timeline.png", lambda p: timeline_plot.draw(run, selected, start, stop, p))
-    return format_tables(table, channel_table(run, start, stop), start, stop)
+        _atomic(png_path, lambda p: timeline_plot.draw(run, selected, start, stop, p))
+    text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
+    return f"{text}\nwritten to {png_path} and {csv_path.name}"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -9,7 +11,7 @@ from helpers import tiny
 
 from dpmarket.cli import main
 from dpmarket.results import run_and_write
-from dpmarket.timeline import TimelineError, load_run, owner_table, report, select_owners
+from dpmarket.timeline import TimelineError, load_run, output_name, owner_table, report, select_owners
 
 EVENTS = """time,kind,owner,k,epsilon_spent,channel,detail
 0.5,tick,0,,,0,
@@ -70,8 +72,9 @@ def test_selection_by_index_name_and_range():
 def test_report_writes_the_table_and_the_picture(handmade):
     text = report(handmade, "a,b", 0.0, 8.0)
     assert "owners in [0, 8] (2 selected)" in text and "utilisation" in text
-    assert (handmade / "timeline.png").read_bytes()[:4] == b"\x89PNG"
-    written = pd.read_csv(handmade / "timeline_owners.csv")
+    assert (handmade / "timeline-owners-a,b-from-0-to-8.png").read_bytes()[:4] == b"\x89PNG"
+    assert text.endswith("timeline-owners-a,b-from-0-to-8.png and timeline-owners-a,b-from-0-to-8.csv")
+    written = pd.read_csv(handmade / "timeline-owners-a,b-from-0-to-8.csv")
     assert written["name"].tolist() == ["a", "b"] and written["exchanges"].tolist() == [2, 0]
     assert not [p for p in handmade.iterdir() if p.name.startswith(".")]
 
@@ -87,8 +90,8 @@ def test_many_owners_switch_to_heat_maps(tmp_path):
         tmp_path / "owners.csv", index=False)
     (tmp_path / "scenario.toml").write_text('name = "many"\n')
     text = report(tmp_path)
-    assert "and 160 more owners" in text
-    assert (tmp_path / "timeline.png").stat().st_size > 1000
+    assert "and 160 more owners" in text and "(all rows in timeline-all.csv)" in text
+    assert (tmp_path / "timeline-all.png").stat().st_size > 1000
 
 
 def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
@@ -122,4 +125,34 @@ def test_heat_maps_group_owners_instead_of_dropping_some(tmp_path):
     assert np.allclose(share[1], [2 / 3] * 50 + [1 / 3] * 50)  # owners 3, 4, 5
     assert not share[np.arange(rows) != 1].any()
     report(tmp_path)  # the 2 x 2 picture draws
-    assert (tmp_path / "timeline.png").stat().st_size > 1000
+    assert (tmp_path / "timeline-all.png").stat().st_size > 1000
+
+
+def test_the_command_never_replaces_the_runs_own_timeline(tmp_path, capsys):
+    """report.html shows the run's timeline.png: selections get files of their own, one per
+    selection, so neither the run's picture nor an earlier selection's is replaced."""
+    out = tmp_path / "run"
+    run_and_write(tiny(output={"plots": True}), out)
+    own = (out / "timeline.png").read_bytes()
+    assert main(["timeline", str(out), "--owners", "0-1"]) == 0
+    assert main(["timeline", str(out), "--owners", "2"]) == 0
+    assert main(["timeline", str(out)]) == 0
+    assert (out / "timeline.png").read_bytes() == own
+    drawn = sorted(p.name for p in out.glob("timeline-*"))
+    assert drawn == ["timeline-all.csv", "timeline-all.png", "timeline-owners-0-1.csv",
+                     "timeline-owners-0-1.png", "timeline-owners-2.csv", "timeline-owners-2.png"]
+    assert pd.read_csv(out / "timeline-owners-2.csv")["owner"].tolist() == [2]
+
+
+def test_selection_names_are_safe_file_names_and_distinct():
+    assert output_name(None, None, None) == "timeline-all"
+    assert output_name("0-9,crouse", 1.0, 5.5) == "timeline-owners-0-9,crouse-from-1-to-5.5"
+    odd = [output_name(s, None, None) for s in ("a b", "a_b", "x/y", "é" * 300)]
+    assert len(set(odd)) == 4 and odd[1] == "timeline-owners-a_b"
+    assert all(re.fullmatch(r"timeline-[A-Za-z0-9.,_-]{1,60}", name) for name in odd)
+
+
+@pytest.mark.parametrize("spec", ["-5", "١", "0-²", "1--2"])
+def test_odd_ranges_are_one_error_not_a_crash(spec):
+    with pytest.raises(TimelineError, match="neither an owner name"):
+        select_owners(spec, ["a", "b", "c"])

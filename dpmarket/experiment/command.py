@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpmarket import files
 from dpmarket.errors import DPMarketError
-from dpmarket.experiment import console
+from dpmarket.experiment import console, store
 from dpmarket.experiment.study import Execution, Plan, make_plan, run_replications, run_sweep
 from dpmarket.scenario import Scenario
 
@@ -31,13 +32,17 @@ class Job:
 
 
 def default_out(plan: Plan) -> Path:
-    """``outputs/NAME-seedSEED-replications`` or ``outputs/NAME-sweep-KEY-KEY-seedSEED``: the same
-    command lands in the same directory, so running it again resumes."""
+    """``outputs/NAME-seedSEED-replications`` or ``outputs/NAME-sweep-KEY-KEY-seedSEED``, or the
+    first ``…-2``, ``…-3`` holding this experiment or free (:func:`dpmarket.files.default_directory`):
+    the same command lands in the same directory, so running it again resumes, and another
+    experiment of the same name never lands on this one's results."""
     b = plan.base
     if plan.kind == "replications":
-        return Path("outputs") / f"{b.name}-seed{b.seed}-replications"
-    keys = "-".join(a.key for a in plan.axes)
-    return Path("outputs") / f"{b.name}-sweep-{keys}-seed{b.seed}"
+        base = Path("outputs") / f"{b.name}-seed{b.seed}-replications"
+    else:
+        base = Path("outputs") / f"{b.name}-sweep-{'-'.join(a.key for a in plan.axes)}-seed{b.seed}"
+    identity = plan.identity()
+    return files.default_directory(base, lambda path: store.holds(path, identity))
 
 
 def execution(job: Job) -> Execution:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-import signal
 import sys
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -20,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from threadpoolctl import threadpool_limits
 
+from dpmarket import processes
 from dpmarket.errors import DPMarketError
 from dpmarket.experiment.task import Task, run_task
 
@@ -53,22 +53,24 @@ def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", work
         raise ExecutorError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
 
 
-def _init_worker() -> None:
-    """Set up a pool worker: it ignores Ctrl-C and its BLAS uses one thread.
+def _init_worker(parent: int | None = None) -> None:
+    """Set up a pool worker: it ignores Ctrl-C, dies with its parent, and its BLAS uses one thread.
 
-    The parent alone decides on Ctrl-C, so a keypress never kills a half task. One BLAS thread
-    per worker because the pool already uses every core: OpenBLAS's own threads would
+    The parent alone decides on Ctrl-C, so a keypress never kills a half task; a parent killed
+    outright takes its workers with it (:func:`dpmarket.processes.die_with_parent`). One BLAS
+    thread per worker because the pool already uses every core: OpenBLAS's own threads would
     oversubscribe them and, spinning after each matrix product of the data stage, take CPU
     from the other workers' simulations (as Dask does for its workers).
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    processes.init_helper(os.getppid() if parent is None else parent)
     threadpool_limits(1)
 
 
 def _run_pool(tasks: list[Task], on_done: OnDone, workers: int) -> None:
-    """A ProcessPoolExecutor of ``workers`` processes; on Ctrl-C, queued tasks are cancelled and
-    the running ones finish and are saved before the interrupt goes on."""
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=_context())
+    """A ProcessPoolExecutor of ``workers`` processes; on Ctrl-C (or SIGTERM), queued tasks are
+    cancelled and the running ones finish and are saved before the interrupt goes on."""
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(os.getpid(),),
+                               mp_context=_context())
     futures = {pool.submit(run_task, t): t for t in tasks}
     try:
         _drain(futures, on_done)
@@ -112,42 +114,62 @@ def _deliver_finished(futures: dict[Future, Task | None], on_done: OnDone) -> No
             futures[future] = None
 
 
-def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None) -> None:
-    """A dask.distributed client: on the cluster at ``scheduler``, else on a LocalCluster of
-    ``workers`` single-threaded processes. Dask re-runs the tasks of a killed worker elsewhere."""
+def _dask_client(workers: int, scheduler: str | None):
+    """A Client of the cluster at ``scheduler``, or of a new LocalCluster; (client, cluster or None)."""
     try:
-        from distributed import Client, LocalCluster, as_completed
+        from distributed import Client, LocalCluster
     except ImportError:
         raise ExecutorError("--executor dask needs dask.distributed: pip install 'dpmarket[dask]'") from None
     cluster = None
     try:
         if scheduler is None:
             cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.ERROR,
+                                   dashboard_address=None, silence_logs=logging.CRITICAL,
                                    scheduler_kwargs=NO_DASHBOARD)
-        client = Client(cluster if cluster is not None else scheduler, timeout="20s")
+        return Client(cluster if cluster is not None else scheduler, timeout="20s"), cluster
     except OSError as exc:
         raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
-    futures = {client.submit(run_task, t, pure=False): t for t in tasks}
+
+
+def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None) -> None:
+    """A dask.distributed client: on the cluster at ``scheduler``, else on a LocalCluster of
+    ``workers`` single-threaded processes. Dask re-runs the tasks of a killed worker elsewhere."""
+    # Ctrl-C and SIGTERM are ignored while Dask starts its worker processes, which inherit that:
+    # the terminal's Ctrl-C then stops this process alone, and no worker prints a traceback.
+    client = cluster = None
+    futures: dict = {}
     try:
-        failure = None
-        for future in as_completed(list(futures)):
-            if future.status == "finished":
-                on_done(futures.pop(future), future.result())
-            elif failure is None:
-                failure = future.exception()
-        if failure is not None and type(failure).__name__ == "KilledWorker":
-            raise ExecutorError(f"Dask workers died running a task ({failure}); every finished task "
-                                f"is saved, re-run the same command to resume")
-        if failure is not None:
-            raise failure
+        with processes.interrupts_ignored():
+            client, cluster = _dask_client(workers, scheduler)
+        _drain_dask(client, tasks, futures, on_done)
     except KeyboardInterrupt:
-        client.cancel([f for f in futures if f.status == "pending"])
+        if client is not None:
+            client.cancel([f for f in futures if f.status == "pending"])
         for future, task in list(futures.items()):  # results that arrived but were not handed over
             if future.status == "finished":
                 on_done(task, future.result())
         raise
     finally:
-        client.close()
+        if client is not None:
+            client.close()
         if cluster is not None:
             cluster.close()
+
+
+def _drain_dask(client, tasks: list[Task], futures: dict, on_done: OnDone) -> None:
+    """Submit ``tasks`` (recorded in ``futures``, delivered ones removed) and deliver results as
+    they come; after a failure keep delivering the others, then raise."""
+    from distributed import as_completed
+
+    futures.update({client.submit(run_task, t, pure=False): t for t in tasks})
+    failure = None
+    for future in as_completed(list(futures)):
+        if future.status == "finished":
+            on_done(futures.pop(future), future.result())
+        elif failure is None:
+            failure = future.exception()
+    if failure is not None and type(failure).__name__ == "KilledWorker":
+        raise ExecutorError(f"Dask workers died running a task ({failure}); every finished task "
+                            f"is saved, re-run the same command to resume")
+    if failure is not None:
+        raise failure

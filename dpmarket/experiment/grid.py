@@ -14,10 +14,11 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dpmarket.errors import _MISSING, ScenarioError
-from dpmarket.scenario import Scenario, apply_override, parse_override, validate
+from dpmarket.scenario import Scenario, apply_override, parse_override, resolve_files, validate
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,9 @@ def resolve_cells(base: Scenario, axes: list[Axis], source: str) -> list[Cell]:
 
     Overrides are applied to the *resolved* base scenario (``--set`` already included), then
     validated exactly like a file, so combinations are checked too (a ``data.records`` list
-    against a swept ``data.owners``).
+    against a swept ``data.owners``), and so are the files a cell names: a swept ``data.path``
+    (relative to the working directory, as with ``--set``) or availability trace (relative to
+    the scenario file ``source``) that does not exist fails before any work.
     """
     table = base.resolved_table()
     cells = []
@@ -107,6 +110,7 @@ def resolve_cells(base: Scenario, axes: list[Axis], source: str) -> list[Cell]:
         label = f"{source} (with --grid {given})"
         for axis, j in zip(axes, picks, strict=True):
             apply_override(cell_table, axis.key.split("."), axis.values[j], label)
+        resolve_files(cell_table, Path(source).parent, label)  # a swept data.path or trace must exist
         scenario = pin_data_seed(validate(cell_table, label))
         cells.append(Cell(index, tuple(a.values[j] for a, j in zip(axes, picks, strict=True)), scenario))
     return cells

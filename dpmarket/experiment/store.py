@@ -1,7 +1,7 @@
 """An experiment's output directory: its identity, one file per finished replication, atomic writes.
 
 Long experiments must survive Ctrl-C and killed workers, so the directory is filled as work
-completes rather than staged and renamed like a single run's (:func:`dpmarket.results.run_directory`):
+completes rather than staged and renamed like a single run's (:func:`dpmarket.directories.run_directory`):
 
 - ``experiment.json`` — what the experiment is (kind, resolved base scenario, grid). Re-running
   into the same directory continues that experiment; a different one is refused with one line.
@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from dpmarket import files
-from dpmarket.errors import DPMarketError, RunDirectoryError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from dpmarket import files, processes
+from dpmarket.errors import DPMarketError, RunDirectoryError, one_line
+from dpmarket.files import first_difference
 
 IDENTITY = "experiment.json"
 TASKS = "tasks"
@@ -39,22 +39,7 @@ class CorruptTaskError(DPMarketError):
     """A saved replication that does not belong to the experiment it sits in."""
 
 
-@contextmanager
-def held_interrupt() -> Iterator[None]:
-    """Hold Ctrl-C until the block is over (then raise it), so that it cannot land between
-    creating a temporary file and moving or removing it. Only the main thread receives signals."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-    previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-        if received:
-            raise KeyboardInterrupt
+held_interrupt = processes.held  # the name the experiment modules use
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
@@ -68,40 +53,110 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda temp: temp.write_text(text, encoding="utf-8"))
 
 
-def first_difference(a: Any, b: Any, where: str = "") -> str | None:
-    """The dotted path of the first difference between two JSON-like values (None if equal)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        for key in sorted(set(a) | set(b)):
-            found = first_difference(a.get(key), b.get(key), f"{where}.{key}" if where else key)
-            if found is not None:
-                return found
-        return None
-    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            found = first_difference(x, y, f"{where}.{i}")
-            if found is not None:
-                return found
-        return None
-    return None if a == b else f"{where} = {b!r} there, {a!r} here"
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class _Owners(_Strict):
+    name: list[str]
+    records: list[int]
+    epsilon: list[float]
+    own_psi: list[float]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> _Owners:
+        lengths = {len(self.name), len(self.records), len(self.epsilon), len(self.own_psi)}
+        if not self.name or len(lengths) > 1:
+            raise ValueError("owners: lists of unequal length, or empty")
+        return self
+
+
+class _Metrics(_Strict):
+    k: list[int]
+    time: list[float]
+    psi: list[float]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> _Metrics:
+        if not self.k or len({len(self.k), len(self.time), len(self.psi)}) > 1:
+            raise ValueError("metrics: lists of unequal length, or empty")
+        return self
+
+
+class SavedReplication(_Strict):
+    """The shape of a saved replication (:func:`dpmarket.experiment.task.replicate`), checked on
+    load so that a damaged file is recomputed rather than read into the tables."""
+
+    cell: int
+    replication: int
+    seed: int
+    psi_final: float
+    psi_zero: float | None = None  # absent in records of older versions
+    iterations: int
+    stop_reason: str
+    collisions: int
+    dropouts: int
+    losses: int
+    refusals: int
+    simulated_time: float
+    owners: _Owners
+    metrics: _Metrics | None = None
+
+
+def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
+    """(the record, "") if ``path`` holds a whole saved replication, else (None, what is wrong)."""
+    raw = path.read_bytes()
+    if not raw.strip():
+        return None, "empty file"
+    try:
+        record = json.loads(raw)
+        checked = SavedReplication.model_validate(record)
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except json.JSONDecodeError as exc:
+        return None, _not_json(exc)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the record"
+        return None, f"{where}: {first['msg']}"
+    if metrics and checked.metrics is None:
+        return None, "metrics: missing"
+    return record, ""
+
+
+def _not_json(exc: json.JSONDecodeError) -> str:
+    return f"not JSON ({exc.msg}, character {exc.pos}: truncated?)"
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr."""
+    print(f"dpmarket: warning: {one_line(text)}", file=sys.stderr)
 
 
 class Store:
-    """The directory of one experiment; :meth:`open` creates it or checks it is the same one."""
+    """The directory of one experiment; :meth:`open` creates it or checks it is the same one.
 
-    def __init__(self, directory: Path, identity: dict) -> None:
-        self.directory, self.identity = Path(directory), identity
+    ``metrics``: saved replications must carry the ψ-against-k series (replicated runs)."""
+
+    def __init__(self, directory: Path, identity: dict, metrics: bool = False,
+                 warn: Callable[[str], None] = warn) -> None:
+        self.directory, self.identity, self.metrics, self.warn = Path(directory), identity, metrics, warn
         self.tasks = self.directory / TASKS
 
     def open(self) -> None:
-        """Create the directory, or check that it holds this experiment; drop stale temporaries."""
+        """Create the directory, or check that it holds this experiment; drop stale temporaries.
+
+        Call it holding the directory's lock (:func:`dpmarket.files.locked`): the temporaries
+        and staging directories it removes are then certainly left by a process that is gone.
+        """
         marker = self.directory / IDENTITY
-        if marker.is_file():
-            stored = json.loads(marker.read_text(encoding="utf-8"))
+        stored = self._stored_identity(marker) if marker.is_file() else None
+        if stored is not None:
             diff = first_difference(self.identity, stored)
             if diff is not None:
                 raise ExperimentDirectoryError(
                     f"{self.directory}: holds a different experiment ({diff}); choose another --out")
-        elif self.directory.exists() and (not self.directory.is_dir() or any(self.directory.iterdir())):
+        elif self.directory.exists() and not self._empty():
             raise ExperimentDirectoryError(
                 f"{self.directory}: exists and is not a dpmarket experiment directory; choose another --out")
         try:
@@ -115,6 +170,37 @@ class Store:
             # results (publish.published), which a resumed run draws again
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
 
+    def _empty(self) -> bool:
+        """Nothing here but an empty ``tasks/`` and temporaries: nothing a run would lose."""
+        if not self.directory.is_dir():
+            return False
+        return all((p.name == TASKS and p.is_dir() and not any(self.saved())) or
+                   (p.name.startswith(".") and p.name.endswith(".tmp")) for p in self.directory.iterdir())
+
+    def saved(self) -> list[Path]:
+        """The saved replications' files."""
+        return sorted(self.tasks.glob("c*-r*.json")) if self.tasks.is_dir() else []
+
+    def _stored_identity(self, marker: Path) -> dict | None:
+        """The identity on disk. A damaged one is rewritten if no replication is saved (nothing to
+        mix up), else refused: it alone says which experiment the saved replications belong to."""
+        try:
+            stored = json.loads(marker.read_bytes())
+            if not isinstance(stored, dict) or "kind" not in stored:
+                raise ValueError("not an experiment's identity")
+            return stored
+        except ValueError as exc:  # JSON and UTF-8 errors included
+            reason = ("empty file" if not marker.read_bytes().strip() else
+                      _not_json(exc) if isinstance(exc, json.JSONDecodeError) else str(exc).split(":")[0])
+        if self.saved():
+            raise ExperimentDirectoryError(
+                f"{marker}: damaged ({reason}); it records which experiment the {len(self.saved())} saved "
+                f"replications belong to and cannot be rebuilt: restore it, or remove {self.directory} "
+                f"or choose another --out to start afresh")
+        self.warn(f"{marker}: damaged ({reason}); no replication is saved yet, so it is written anew")
+        marker.unlink()
+        return None
+
     def task_path(self, cell: int, replication: int) -> Path:
         """Where replication ``replication`` of cell ``cell`` is saved."""
         return self.tasks / f"c{cell:05d}-r{replication:05d}.json"
@@ -125,17 +211,34 @@ class Store:
         write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n")
 
     def load(self, cell: int, replication: int, seed: int) -> dict | None:
-        """The saved replication, or None if not done yet; its seed must be the expected one."""
+        """The saved replication, or None if not done yet. A damaged file (truncated, empty, not
+        the shape of a record) is removed with one warning line, to be recomputed; a whole record
+        of another replication or seed is refused, as it means the directory was tampered with."""
         path = self.task_path(cell, replication)
         if not path.is_file():
             return None
-        record = json.loads(path.read_text(encoding="utf-8"))
-        if record.get("seed") != seed or record.get("cell") != cell:
-            raise CorruptTaskError(f"{path}: seed {record.get('seed')} is not this experiment's "
-                                   f"{seed}; remove the file or choose another --out")
+        record, wrong = damage(path, self.metrics)
+        if record is None:
+            self.warn(f"{path}: damaged ({wrong}); recomputing it")
+            path.unlink()
+            return None
+        if (record["seed"], record["cell"], record["replication"]) != (seed, cell, replication):
+            raise CorruptTaskError(
+                f"{path}: holds cell {record['cell']}, replication {record['replication']}, seed "
+                f"{record['seed']}, not this experiment's cell {cell}, replication {replication}, seed "
+                f"{seed}; remove the file or choose another --out")
         return record
 
     def remove_if_empty(self) -> None:
         """Remove the directory if no replication was saved in it (nothing worth keeping)."""
         if not any(self.tasks.glob("*.json")):
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def holds(directory: Path, identity: dict) -> bool:
+    """Whether ``directory`` holds the experiment ``identity`` (to resume it)."""
+    try:
+        stored = json.loads((directory / IDENTITY).read_bytes())
+    except (OSError, ValueError):
+        return False
+    return first_difference(identity, stored) is None

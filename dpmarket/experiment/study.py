@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,9 +97,18 @@ class Execution:
         return self.workers if self.workers is not None else default_workers()
 
 
+@contextmanager
+def experiment_directory(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the whole experiment (a second process writing there is refused
+    with one line), and make a failing file system one line naming ``out``."""
+    with files.writing(out), files.locked(out):
+        yield
+
+
 def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> tuple[list[list[dict]], int]:
-    """Run what is not saved yet, saving each replication as its task finishes; every record by cell."""
-    store = Store(out, plan.identity())
+    """Run what is not saved yet, saving each replication as its task finishes; every record by cell.
+    Call it inside :func:`experiment_directory`."""
+    store = Store(out, plan.identity(), metrics=keep_metrics)
     created = not out.exists()
     store.open()
     tasks, done = pending_tasks(plan, store, how.worker_count, keep_metrics)
@@ -139,7 +150,11 @@ def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:
     """Run a sweep into ``out``: sweep.csv, sweep_owners.csv, sweep.json, the figures and
     report.html, published together (:func:`~dpmarket.experiment.publish.published`); returns
     sweep.json with the names of the figures drawn under ``figures``."""
-    start = time.perf_counter()
+    with experiment_directory(out):
+        return _sweep(plan, out, how, time.perf_counter())
+
+
+def _sweep(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
@@ -157,7 +172,11 @@ def run_sweep(plan: Plan, out: Path, how: Execution) -> dict:
 def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
     """A replicated run into ``out``: metrics.csv, replications.csv, owners.csv, summary.json, the
     ψ band and report.html, published together; returns summary.json (figures under ``figures``)."""
-    start = time.perf_counter()
+    with experiment_directory(out):
+        return _replications(plan, out, how, time.perf_counter())
+
+
+def _replications(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
     summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
                "stop_reasons": _count(r["stop_reason"] for r in records)}

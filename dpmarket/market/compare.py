@@ -16,6 +16,7 @@ import numpy as np
 
 from dpmarket import files
 from dpmarket import rng as streams
+from dpmarket.directories import Identity
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.market import calibration
 from dpmarket.market.outcome import Outcome, learner_value
@@ -74,6 +75,13 @@ def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
     return streams.replication_seeds(scenario.seed, replications)
 
 
+def pinned(scenario: Scenario) -> Scenario:
+    """The scenario with its data seed fixed (to the run seed unless given): every replication
+    and policy trains on the same owners."""
+    data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    return scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
+
+
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
             cache: Path = calibration.CACHE_DIR, workers: int = 1,
             progress: bool | Progress = False) -> Comparison:
@@ -87,8 +95,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     from dpmarket.market.simulate import final_psi
     from dpmarket.run import prepare  # deferred: run imports the market layer
 
-    data_seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
-    base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": data_seed})})
+    base = pinned(scenario)
     progress = progress_of(progress)
     prepared = prepare(base, progress)
     consortium, objective = prepared.consortium, prepared.objective
@@ -147,7 +154,8 @@ def write(c: Comparison, target: Path) -> list[dict]:
     from dpmarket.results import _write_csv, run_directory
 
     rows = policy_rows(c)
-    with run_directory(target) as staging:
+    what = identity(c.scenario, [r.outcome.policy for r in c.results], c.seeds)
+    with run_directory(target, what) as staging:
         (staging / "scenario.toml").write_text(c.scenario.to_toml(), encoding="utf-8")
         _write_csv(staging / "policies.csv", tuple(rows[0]), (r.values() for r in rows))
         market = market_rows(c)
@@ -164,6 +172,12 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
                       [staging / "psi_payment.png", staging / "epsilons.png"])
     return rows
+
+
+def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Identity:
+    """What a comparison directory holds: the scenario (data seed pinned, as :func:`compare` runs
+    it), the policies and the seeds; the same command may write it again, nothing else."""
+    return Identity("market", pinned(scenario).to_toml(), {"policies": list(policies), "seeds": list(seeds)})
 
 
 def table(rows: list[dict], out: Path, source: str = "") -> str:

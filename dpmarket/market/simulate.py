@@ -10,12 +10,13 @@ experiment executors' workers do (dpmarket/experiment/executors.py).
 from __future__ import annotations
 
 import multiprocessing
-import signal
+import os
 import sys
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 import numpy as np
 
+from dpmarket import processes
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 
@@ -51,7 +52,7 @@ def _on_pool(shared: tuple, jobs: list[Job], workers: int, bar) -> list[float]:
     """The runs on a process pool; on Ctrl-C queued runs are cancelled and nothing is returned."""
     context = multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
     pool = ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=context,
-                               initializer=_start_worker, initargs=(shared,))
+                               initializer=_start_worker, initargs=(shared, os.getpid()))
     try:
         futures = {pool.submit(_run_job, job): i for i, job in enumerate(jobs)}
         out: list[float] = [float("nan")] * len(jobs)
@@ -63,12 +64,13 @@ def _on_pool(shared: tuple, jobs: list[Job], workers: int, bar) -> list[float]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _start_worker(shared: tuple) -> None:
-    """A worker keeps the data, leaves Ctrl-C to the parent and runs BLAS on one thread."""
+def _start_worker(shared: tuple, parent: int) -> None:
+    """A worker keeps the data, leaves Ctrl-C to the parent, dies with it (even a killed one:
+    :func:`dpmarket.processes.init_helper`) and runs BLAS on one thread."""
     global _SHARED
     from threadpoolctl import threadpool_limits
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    processes.init_helper(parent)
     threadpool_limits(1)
     _SHARED = shared
 

@@ -141,6 +141,8 @@ def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float
                 spans.setdefault(owner, []).append((start, end))
     except OSError as exc:
         raise ScenarioError(path, "network.availability", path, f"cannot read: {exc.strerror}") from None
+    except csv.Error as exc:  # a field over csv.field_size_limit(), a NUL byte: in the line being read
+        raise ScenarioError(f"{path}:{reader.line_num + 1}", "row", _MISSING, f"not CSV: {exc}") from None
     except UnicodeDecodeError:
         raise ScenarioError(path, "network.availability", path, "cannot read: not UTF-8 text") from None
     return spans
@@ -149,7 +151,7 @@ def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float
 def _owner(text: str, index: dict[str, int], count: int, path: str, line: int) -> int:
     if text in index:
         return index[text]
-    if text.isdigit() and int(text) < count:
+    if text.isascii() and text.isdigit() and int(text) < count:  # not '٣' or '²': digits as written
         return int(text)
     raise ScenarioError(f"{path}:{line}", "owner", text, "is neither an owner name nor an index")
 
