@@ -190,8 +190,8 @@ CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never e
 def clip_margins(d: np.ndarray, row_l1: np.ndarray, bound: float) -> np.ndarray:
     """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖₁ ≤ bound, with a 10⁻¹² margin so that the rounded
     L1 norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
-    with np.errstate(divide="ignore"):
-        limit = (bound * (1.0 - CLIP_MARGIN)) / row_l1  # a record with z = 0: no limit
+    with np.errstate(divide="ignore", over="ignore"):  # z = 0, or subnormal: no limit (inf)
+        limit = (bound * (1.0 - CLIP_MARGIN)) / row_l1
     return np.clip(d, -limit, limit)
 
 

@@ -4,6 +4,8 @@ An owner computes its exact answer Q_i(θ̄) = (1/n_i) Σ ∇ℓ(θ̄; z, y), ad
 scale b_i = 2Ξm_i/(n_iε_i) and charges ε_i/m_i to its ledger; when the ledger cannot take
 another charge it refuses. Ξ comes either from the declared data bounds (records were clipped
 into them when the owner was built) or from clipping every per-example gradient to L1 norm Ξ.
+Every answer is finite: the exact part is bounded by the declared domain (see
+:mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL·b_i, which the run checks.
 """
 
 from __future__ import annotations
@@ -12,6 +14,15 @@ import numpy as np
 
 from dpmarket.models import Loss, OwnerData
 from dpmarket.privacy import Accountant, LaplaceNoise, laplace_scale
+
+# Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
+# (or of 2 − 2U), never of less than 2⁻⁵², so |w| ≤ 52·ln 2 ≈ 36.04 (rounded up here).
+LAPLACE_TAIL = 37.0
+
+
+def answer_bound(xi: float, scale: float) -> float:
+    """A bound on every coordinate of an answer: the exact part's Ξ plus the largest noise."""
+    return xi + LAPLACE_TAIL * scale
 
 
 class DataOwner:
@@ -38,7 +49,12 @@ class DataOwner:
         """The DP answer Q_i(θ) + w, or None (a refusal) when the budget cannot cover it."""
         if not self.ledger.try_pay(self.charge):
             return None
-        return self.exact_answer(theta) + self.noise.draw()
+        answer = self.exact_answer(theta) + self.noise.draw()
+        if not np.isfinite(answer).all():
+            # Unreachable: records lie in the declared domain and data.magnitudes bounds every
+            # sum; were it reached, a bug must stop the run rather than publish NaN or inf.
+            raise FloatingPointError(f"owner {self.index} computed a non-finite answer at θ = {theta}")
+        return answer
 
     @property
     def exhausted(self) -> bool:

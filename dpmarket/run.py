@@ -18,11 +18,12 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
+from dpmarket.data.magnitudes import check_optimum
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
 from dpmarket.models import Objective, make_loss
-from dpmarket.owners import DataOwner
+from dpmarket.owners import DataOwner, answer_bound
 from dpmarket.privacy import answer_cap
 from dpmarket.scenario import OwnerSpec, Scenario
 from dpmarket.stepsize import StepSize, floor_law, resolve_step
@@ -121,14 +122,14 @@ def _finite_bound(xi: float, scenario: Scenario) -> float:
 
 def _check_budget(scenario: Scenario, owner: int, xi: float, answers: int, records: int,
                   epsilon: float) -> None:
-    """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i) overflows: its answers
-    would be infinite (θ pinned to the box), not merely noisy."""
-    if np.isfinite(2.0 * xi * answers / (records * epsilon)):
+    """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i), or its largest draw,
+    overflows: its answers would be infinite (θ pinned to the box), not merely noisy."""
+    if np.isfinite(answer_bound(xi, 2.0 * xi * answers / (records * epsilon))):
         return
     spec = scenario.owners[owner] if owner < len(scenario.owners) else None
     key = f"owners.{owner}.epsilon" if spec is not None and spec.epsilon is not None else "privacy.epsilon"
     raise ScenarioError(scenario.source, key, epsilon, "so small a budget makes the Laplace noise scale "
-                        "2Ξm/(nε) infinite: no answer could carry information")
+                        "2Ξm/(nε) (or its largest draw) infinite: no answer could carry information")
 
 
 def query_shares(scenario: Scenario, members: np.ndarray) -> np.ndarray:
@@ -180,6 +181,7 @@ def prepare(scenario: Scenario) -> Prepared:
     consortium = build_consortium(scenario)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    check_optimum(scenario, consortium, objective.f_star)  # ψ = f/f* − 1 finite over Θ
     return Prepared(consortium, objective, objective.psis(objective.own_data_models()))
 
 

@@ -1,0 +1,100 @@
+"""Every number a run derives from the records and the model stays finite, by construction.
+
+An owner's answer, f and ψ are sums over records of quantities bounded by the declared domain
+(|x_j| ≤ X, |y| ≤ Y, θ in Θ = {‖θ‖∞ ≤ θmax}). A sum that overflows becomes ±inf, inf − inf is
+NaN, and ``np.clip`` keeps NaN: one overflow anywhere and an answer, θ and ψ are NaN whatever the
+noise. So the bounds are checked once, before any arithmetic, against ROOM (well below the
+largest float, leaving room for the few sums and factors of 2 on top): with
+
+    R = Y + θmax·‖z‖₁ + ‖z‖₁  ≥ |y|, |θᵀz|, ‖z‖₁ for every record and every θ in Θ,
+
+every per-record quantity (a loss, a per-example gradient's L1 norm, an entry of ZᵀZ, Zᵀy,
+yᵀy) is at most 2R², so n·R² ≤ ROOM keeps every sum over n records finite; λ enters through
+the Hessian A + nλI (which it must keep invertible in floating point, not only in exact
+arithmetic), the regulariser λθᵀθ and Algorithm 1's denominator T²σ = 2λT². Finally
+f(θ*) must be positive and large enough that ψ = f(θ)/f(θ*) − 1 is finite over all of Θ.
+A bound that fails names the scenario key (or the data column) that made it so.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dpmarket.errors import DataError, ScenarioError
+from dpmarket.models import make_loss
+
+ROOM = 1e300  # largest magnitude a derived bound may reach (the largest float is 1.8e308)
+# Smallest λ/‖z‖₁²: the Hessian of f is 2λI plus the data term's, whose norm is at most 2‖z‖₁²,
+# so its condition number stays below 1/CONDITION; near 1/eps (4.5e15) a Cholesky factor or a
+# solve fails outright ("Singular matrix") on collinear features.
+CONDITION = 1e-13
+
+
+def reach(z_l1: float, y_max: float, theta_max: float) -> float:
+    """R: a bound on |y|, |θᵀz| and ‖z‖₁ over the declared domain (‖z‖₁ ≤ z_l1, |y| ≤ y_max) and Θ."""
+    return y_max + theta_max * z_l1 + z_l1
+
+
+def check_bounds(scenario, records: int, z_l1: float, y_max: float, p: int) -> None:
+    """Refuse declared bounds or a λ under which some sum over the ``records`` could overflow.
+
+    Called before the records' statistics are computed, so no overflow ever happens (numpy
+    would print a warning for it, breaking the one-line error).
+    """
+    m, n = scenario.model, float(records)
+    r = reach(z_l1, y_max, m.theta_max)
+    if not n * r * r <= ROOM:
+        key, value = _largest_bound(scenario)
+        raise ScenarioError(scenario.source, key, value,
+                            f"lets one record's loss or gradient reach {r * r:.3g}, and {n:.0f} records "
+                            f"sum to more than {ROOM:.0e}: the answers, f and ψ would overflow")
+    xi = make_loss(m.loss).l1_sensitivity(z_l1, y_max, m.theta_max)
+    if not xi > 0:  # ‖z‖₁ so small that Ξ underflows: no Laplace scale could be derived from it
+        raise ScenarioError(scenario.source, "data.feature_bound", scenario.data.feature_bound,
+                            f"makes the sensitivity Ξ = {xi!r}: it underflows to zero")
+    lam, T = m.regularization, scenario.learner.iterations
+    if not lam >= CONDITION * z_l1 * z_l1:
+        raise ScenarioError(scenario.source, "model.regularization", lam,
+                            f"is below {CONDITION:.0e}·‖z‖₁² = {CONDITION * z_l1 * z_l1:.3g}: next to the "
+                            "data term λ is lost in rounding, so f is not strongly convex in floating "
+                            "point (its Hessian can be singular)")
+    worst = max(n * lam, lam * p * m.theta_max * m.theta_max, 2.0 * lam * T * T)
+    if not worst <= ROOM:
+        raise ScenarioError(scenario.source, "model.regularization", lam,
+                            f"makes nλ, λ·p·θmax² or T²σ reach {worst:.3g}, beyond {ROOM:.0e}: "
+                            "the Hessian, f and Algorithm 1's steps would overflow")
+
+
+def check_optimum(scenario, consortium, f_star: float) -> None:
+    """Refuse an f(θ*) so small (or zero) that ψ = f(θ)/f(θ*) − 1 is not finite over Θ.
+
+    f over Θ is at most 2R² + λ·p·θmax², so f(θ*) ≥ that / ROOM keeps every ψ finite. Only
+    labels that leave nothing to fit get there (all labels 0 after the transform, or a label
+    bound so small that y² underflows).
+    """
+    if not math.isfinite(f_star):  # unreachable once check_bounds passed: a bug, not bad input
+        raise FloatingPointError(f"f(θ*) = {f_star!r} over records in the declared domain")
+    m = scenario.model
+    r = reach(consortium.z_l1, consortium.y_max, m.theta_max)
+    p = int(consortium.owners[0].stats.A.shape[0])
+    f_max = 2.0 * r * r + m.regularization * p * m.theta_max * m.theta_max
+    if f_star > 0 and f_max / f_star <= ROOM:
+        return
+    reason = (f"f(θ*) = {f_star!r}: nothing is left to fit, and ψ = f(θ)/f(θ*) − 1 would not be "
+              "finite")
+    d = scenario.data
+    if d.source == "table":
+        raise DataError(d.path, d.table.target, f"the owners' labels, transformed with data.label_bound = "
+                        f"{d.label_bound!r} and data.table.spread = {d.table.spread!r}, leave {reason}")
+    key, value = (("data.label_bound", d.label_bound) if m.loss == "squared"
+                  else ("model.regularization", m.regularization))
+    raise ScenarioError(scenario.source, key, value, f"leaves {reason}")
+
+
+def _largest_bound(scenario) -> tuple[str, float]:
+    """The declared bound R grows with most: the largest of X, Y (regression only) and θmax."""
+    d, m = scenario.data, scenario.model
+    bounds = [("data.feature_bound", d.feature_bound), ("model.theta_max", m.theta_max)]
+    if m.loss == "squared":
+        bounds.append(("data.label_bound", d.label_bound))
+    return max(bounds, key=lambda kv: kv[1])
