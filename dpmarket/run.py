@@ -18,7 +18,7 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
-from dpmarket.data.magnitudes import check_optimum
+from dpmarket.data.magnitudes import check_objective
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
@@ -181,7 +181,7 @@ def prepare(scenario: Scenario) -> Prepared:
     consortium = build_consortium(scenario)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
-    check_optimum(scenario, consortium, objective.f_star)  # ψ = f/f* − 1 finite over Θ
+    check_objective(scenario, consortium, objective)  # θ* solvable, ψ = f/f* − 1 finite over Θ
     return Prepared(consortium, objective, objective.psis(objective.own_data_models()))
 
 

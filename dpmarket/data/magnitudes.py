@@ -10,9 +10,9 @@ largest float, leaving room for the few sums and factors of 2 on top): with
 
 every per-record quantity (a loss, a per-example gradient's L1 norm, an entry of ZᵀZ, Zᵀy,
 yᵀy) is at most 2R², so n·R² ≤ ROOM keeps every sum over n records finite; λ enters through
-the Hessian A + nλI (which it must keep invertible in floating point, not only in exact
-arithmetic), the regulariser λθᵀθ and Algorithm 1's denominator T²σ = 2λT². Finally
-f(θ*) must be positive and large enough that ψ = f(θ)/f(θ*) − 1 is finite over all of Θ.
+the Hessian A + nλI, the regulariser λθᵀθ and Algorithm 1's denominator T²σ = 2λT², and it
+must not be lost in rounding next to the data term (or A + nλI is singular in floating point).
+Finally f(θ*) must be positive and large enough that ψ = f(θ)/f(θ*) − 1 is finite over all of Θ.
 A bound that fails names the scenario key (or the data column) that made it so.
 """
 
@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from dpmarket.errors import DataError, ScenarioError
 from dpmarket.models import make_loss
 
 ROOM = 1e300  # largest magnitude a derived bound may reach (the largest float is 1.8e308)
-# Smallest λ/‖z‖₁²: the Hessian of f is 2λI plus the data term's, whose norm is at most 2‖z‖₁²,
-# so its condition number stays below 1/CONDITION; near 1/eps (4.5e15) a Cholesky factor or a
-# solve fails outright ("Singular matrix") on collinear features.
-CONDITION = 1e-13
+CONDITION = 1e-14  # smallest 2λ / curvature of the data term: f's condition number stays ≤ 1e14
 
 
 def reach(z_l1: float, y_max: float, theta_max: float) -> float:
@@ -53,11 +52,6 @@ def check_bounds(scenario, records: int, z_l1: float, y_max: float, p: int) -> N
         raise ScenarioError(scenario.source, "data.feature_bound", scenario.data.feature_bound,
                             f"makes the sensitivity Ξ = {xi!r}: it underflows to zero")
     lam, T = m.regularization, scenario.learner.iterations
-    if not lam >= CONDITION * z_l1 * z_l1:
-        raise ScenarioError(scenario.source, "model.regularization", lam,
-                            f"is below {CONDITION:.0e}·‖z‖₁² = {CONDITION * z_l1 * z_l1:.3g}: next to the "
-                            "data term λ is lost in rounding, so f is not strongly convex in floating "
-                            "point (its Hessian can be singular)")
     worst = max(n * lam, lam * p * m.theta_max * m.theta_max, 2.0 * lam * T * T)
     if not worst <= ROOM:
         raise ScenarioError(scenario.source, "model.regularization", lam,
@@ -65,20 +59,20 @@ def check_bounds(scenario, records: int, z_l1: float, y_max: float, p: int) -> N
                             "the Hessian, f and Algorithm 1's steps would overflow")
 
 
-def check_optimum(scenario, consortium, f_star: float) -> None:
-    """Refuse an f(θ*) so small (or zero) that ψ = f(θ)/f(θ*) − 1 is not finite over Θ.
+def check_objective(scenario, consortium, objective) -> None:
+    """Refuse a λ lost in rounding next to an owner's data term, or an f(θ*) that leaves ψ not finite.
 
-    f over Θ is at most 2R² + λ·p·θmax², so f(θ*) ≥ that / ROOM keeps every ψ finite. Only
-    labels that leave nothing to fit get there (all labels 0 after the transform, or a label
-    bound so small that y² underflows).
+    Oracle checks (they read the records, like θ* and ψ themselves), run before θ* is solved for.
     """
+    _check_curvature(scenario, consortium.owners)
+    f_star = objective.f_star
     if not math.isfinite(f_star):  # unreachable once check_bounds passed: a bug, not bad input
         raise FloatingPointError(f"f(θ*) = {f_star!r} over records in the declared domain")
     m = scenario.model
     r = reach(consortium.z_l1, consortium.y_max, m.theta_max)
     p = int(consortium.owners[0].stats.A.shape[0])
     f_max = 2.0 * r * r + m.regularization * p * m.theta_max * m.theta_max
-    if f_star > 0 and f_max / f_star <= ROOM:
+    if f_star > 0 and f_max / f_star <= ROOM:  # f over Θ is at most f_max: ψ finite everywhere
         return
     reason = (f"f(θ*) = {f_star!r}: nothing is left to fit, and ψ = f(θ)/f(θ*) − 1 would not be "
               "finite")
@@ -89,6 +83,23 @@ def check_optimum(scenario, consortium, f_star: float) -> None:
     key, value = (("data.label_bound", d.label_bound) if m.loss == "squared"
                   else ("model.regularization", m.regularization))
     raise ScenarioError(scenario.source, key, value, f"leaves {reason}")
+
+
+def _check_curvature(scenario, owners) -> None:
+    """2λ, the Hessian's floor, must not vanish in rounding next to any owner's data term, whose
+    curvature is at most scale·trace(ZᵀZ)/n (squared and logistic losses; the hinge has none):
+    else the ridge solve or its Cholesky factor fails ("Singular matrix") on collinear features."""
+    scale = {"squared": 2.0, "logistic": 0.25}.get(scenario.model.loss)
+    if scale is None:
+        return
+    lam = scenario.model.regularization
+    curvature = max(scale * float(np.trace(o.stats.A)) / o.n for o in owners)
+    if 2.0 * lam >= CONDITION * curvature:
+        return
+    raise ScenarioError(scenario.source, "model.regularization", lam,
+                        f"is lost in rounding next to the data term (2λ below {CONDITION:.0e} × its "
+                        f"curvature {curvature:.3g}): f is not strongly convex in floating point and "
+                        "θ* cannot be solved for")
 
 
 def _largest_bound(scenario) -> tuple[str, float]:
