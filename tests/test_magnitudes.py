@@ -184,3 +184,23 @@ def test_without_the_check_a_trace_binds_a_duplicated_name_to_one_owner_silently
     assert read_trace(str(trace), ["north", "south", "north"]) == {2: [(0.0, 5.0)]}
     with pytest.raises(ScenarioError, match=r"owners\.2\.name = 'north': owners 0 and 2"):
         build_consortium(tiny(owners=[{"name": "north"}, {}, {"name": "north"}]))
+
+
+def test_the_hold_out_counts_for_the_regularization_check(tmp_path, monkeypatch):
+    """Owners whose features all sit at the hold-out's mean (features 0 after standardising) have
+    no curvature at all; the hold-out's collinear rows do, and the proxy solves on them."""
+    gen = np.random.default_rng(0)
+    held = gen.normal(size=40) * 5
+    frame = pd.DataFrame({"a": np.r_[np.full(80, held.mean()), held], "y": gen.normal(size=120)})
+    frame["b"], frame["c"] = frame["a"], frame["a"]
+    path = tmp_path / "t.csv"
+    frame.to_csv(path, index=False)
+    with pytest.raises(ScenarioError, match=r"model\.regularization = 1e-300: is lost in rounding"):
+        prepare(_table(path, {"regularization": 1e-300, "theta_max": 0.01}))
+    # The deliberately wrong input: without the check the run gets as far as the public proxy,
+    # whose optimum on the hold-out's collinear rows is a singular solve.
+    s = validate({**_table(path).model_dump(mode="json", exclude_none=True),
+                  "model": {"regularization": 1e-300, "theta_max": 0.01}, "learner": {"iterations": 20}}, "t")
+    monkeypatch.setattr(magnitudes, "CONDITION", 0.0)
+    with pytest.raises(np.linalg.LinAlgError):
+        execute(s)

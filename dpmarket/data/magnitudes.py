@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.models import make_loss
+from dpmarket.models import OwnerData, make_loss
 
 ROOM = 1e300  # largest magnitude a derived bound may reach (the largest float is 1.8e308)
 CONDITION = 1e-14  # smallest 2λ / curvature of the data term: f's condition number stays ≤ 1e14
@@ -64,7 +64,10 @@ def check_objective(scenario, consortium, objective) -> None:
 
     Oracle checks (they read the records, like θ* and ψ themselves), run before θ* is solved for.
     """
-    _check_curvature(scenario, consortium.owners)
+    held = consortium.holdout  # table data: the public rows, which the proxy's optima solve on
+    public = ([OwnerData.from_block(held, scenario.model.intercept, False)]
+              if held is not None and held.shape[1] else [])
+    _check_curvature(scenario, consortium.owners + public)
     f_star = objective.f_star
     if not math.isfinite(f_star):  # unreachable once check_bounds passed: a bug, not bad input
         raise FloatingPointError(f"f(θ*) = {f_star!r} over records in the declared domain")
@@ -86,9 +89,10 @@ def check_objective(scenario, consortium, objective) -> None:
 
 
 def _check_curvature(scenario, owners) -> None:
-    """2λ, the Hessian's floor, must not vanish in rounding next to any owner's data term, whose
-    curvature is at most scale·trace(ZᵀZ)/n (squared and logistic losses; the hinge has none):
-    else the ridge solve or its Cholesky factor fails ("Singular matrix") on collinear features."""
+    """2λ, the Hessian's floor, must not vanish in rounding next to any owner's data term (or the
+    hold-out's), whose curvature is at most scale·trace(ZᵀZ)/n (squared and logistic losses; the
+    hinge has none): else the ridge solve or its Cholesky factor fails ("Singular matrix") on
+    collinear features."""
     scale = {"squared": 2.0, "logistic": 0.25}.get(scenario.model.loss)
     if scale is None:
         return
