@@ -203,8 +203,8 @@ CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never e
 def clip_margins(d: np.ndarray, row_norm: np.ndarray, bound: float) -> np.ndarray:
     """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖ ≤ bound (L1 or L2 row norms), with a 10⁻¹² margin so that
     the rounded norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
-    with np.errstate(divide="ignore"):
-        limit = (bound * (1.0 - CLIP_MARGIN)) / row_norm  # a record with z = 0: no limit
+    with np.errstate(divide="ignore", over="ignore"):
+        limit = (bound * (1.0 - CLIP_MARGIN)) / row_norm  # z = 0, or subnormal: no limit (inf)
     return np.clip(d, -limit, limit)
 
 

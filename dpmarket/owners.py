@@ -7,6 +7,8 @@ Laplace, L2 for Gaussian) — from the declared data bounds (records were clippe
 owner was built) or by clipping every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z
 the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy.py); under basic
 composition of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time.
+Every answer is finite: the exact part is bounded by the declared domain (see
+:mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL times its scale, which the run checks.
 """
 
 from __future__ import annotations
@@ -23,6 +25,16 @@ from dpmarket.privacy import (
     make_noise,
     noise_multiplier,
 )
+
+# Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
+# (or of 2 − 2U), never of less than 2⁻⁵², so |w| ≤ 52·ln 2 ≈ 36.04 (rounded up here). Its standard
+# normal (ziggurat, tail r − ln(U)/r with r ≈ 3.65) stays below 14, so the bound covers the Gaussian too.
+LAPLACE_TAIL = 37.0
+
+
+def answer_bound(xi: float, scale: float) -> float:
+    """A bound on every coordinate of an answer: the exact part's Ξ plus the largest noise."""
+    return xi + LAPLACE_TAIL * scale
 
 
 class DataOwner:
@@ -73,7 +85,12 @@ class DataOwner:
         """The DP answer Q_i(θ) + w, or None (a refusal) when the budget cannot cover it."""
         if not self.ledger.try_pay(self.charge):
             return None
-        return self.exact_answer(theta) + self.noise.draw()
+        answer = self.exact_answer(theta) + self.noise.draw()
+        if not np.isfinite(answer).all():
+            # Unreachable: records lie in the declared domain and data.magnitudes bounds every
+            # sum; were it reached, a bug must stop the run rather than publish NaN or inf.
+            raise FloatingPointError(f"owner {self.index} computed a non-finite answer at θ = {theta}")
+        return answer
 
     @property
     def exhausted(self) -> bool:

@@ -19,11 +19,12 @@ import numpy as np
 from dpmarket import api, entry
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
+from dpmarket.data.magnitudes import check_objective
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
 from dpmarket.models import Objective, make_loss
-from dpmarket.owners import DataOwner
+from dpmarket.owners import DataOwner, answer_bound
 from dpmarket.privacy import answer_cap
 from dpmarket.progress import SILENT, Progress
 from dpmarket.progress import of as progress_of
@@ -147,13 +148,13 @@ def _finite_bound(xi: float, scenario: Scenario) -> float:
 
 def _check_budget(scenario: Scenario, owner: int, xi: float, answers: int, records: int,
                   epsilon: float) -> None:
-    """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i) overflows: its answers
-    would be infinite (θ pinned to the box), not merely noisy."""
-    if np.isfinite(2.0 * xi * answers / (records * epsilon)):
+    """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i), or its largest draw,
+    overflows: its answers would be infinite (θ pinned to the box), not merely noisy."""
+    if np.isfinite(answer_bound(xi, 2.0 * xi * answers / (records * epsilon))):
         return
     raise ScenarioError(scenario.source, _owner_key(scenario, owner, "epsilon"), epsilon,
-                        "so small a budget makes the Laplace noise scale 2Ξm/(nε) infinite: no answer "
-                        "could carry information")
+                        "so small a budget makes the Laplace noise scale 2Ξm/(nε) (or its largest draw) "
+                        "infinite: no answer could carry information")
 
 
 def _owner_key(scenario: Scenario, owner: int, key: str) -> str:
@@ -233,6 +234,7 @@ def prepare(scenario: Scenario, progress: Progress = SILENT) -> Prepared:
         consortium = build_consortium(scenario)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
+    check_objective(scenario, consortium, objective)  # θ* solvable, ψ = f/f* − 1 finite over Θ
     with progress.phase(f"solving θ* ({m.loss} loss)", unit="iterations") as step:
         objective.optimum(step.update)
     with progress.phase("own-data models θ_i*", total=len(consortium.owners), unit="owner") as step:

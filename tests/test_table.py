@@ -7,6 +7,8 @@ run end to end only when it is present.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -374,13 +376,53 @@ def test_impossible_requests_are_one_line_data_errors(tmp_path, table, message):
 
 @pytest.mark.parametrize("name, content, message", [
     ("t.txt", b"a,b\n1,2\n", r"unknown format"),
-    ("t.csv.gz", b"not gzip at all", r"cannot read as CSV"),
+    ("t.csv.gz", b"not gzip at all", r"cannot read as CSV: Not a gzipped file"),
+    ("t.csv.bz2", b"not bzip2 at all", r"cannot read as CSV: Invalid data stream"),
+    ("t.csv.xz", b"not xz at all", r"cannot read as CSV: Input format not supported by decoder"),
+    ("t.csv.zip", b"not zip at all", r"cannot read as CSV: File is not a zip file"),
     ("t.parquet", b"not parquet", r"cannot read as Parquet"),
 ])
 def test_unreadable_files_are_data_errors(tmp_path, name, content, message):
     (tmp_path / name).write_bytes(content)
     with pytest.raises(DataError, match=message):
         load_owners(scenario(tmp_path / name))
+
+
+def test_values_beyond_the_largest_magnitude_are_counted_with_their_rows(tmp_path):
+    df = records().astype({"b": object, "y": object})
+    df.loc[[4, 9], "b"] = ["1e308", "-inf"]
+    df.loc[[200], "y"] = "1.0000000000000002e100"  # a hold-out row: the same rule
+    with pytest.raises(DataError, match=r"t\.csv: column 'b': 2 values beyond ±1e\+100 \(rows 5, 10\), "
+                                        r"e\.g\. '1e308': too large to compute with"):
+        load_owners(scenario(write(df, tmp_path / "t.csv")))
+    df.loc[[4, 9], "b"] = ["1e100", "-1e100"]  # the largest accepted
+    with pytest.raises(DataError, match=r"column 'y': 1 value beyond ±1e\+100 \(row 201\)"):
+        load_owners(scenario(write(df, tmp_path / "t.csv")))
+    df.loc[[200], "y"] = "5e-324"  # subnormals are ordinary values
+    assert load_owners(scenario(write(df, tmp_path / "t.csv"))).report["feature_values_clipped"] >= 2
+    numbers = records()
+    numbers.loc[[7], "a"] = np.inf  # Parquet holds numbers, not text: the same rule
+    with pytest.raises(DataError, match=r"t\.parquet: column 'a': 1 value beyond ±1e\+100 \(row 8\), "
+                                        r"e\.g\. inf: too large"):
+        load_owners(scenario(write(numbers, tmp_path / "t.parquet")))
+
+
+def test_rows_with_extra_fields_name_their_line(tmp_path):
+    text = records().to_csv(index=False).splitlines()
+    text[3] += ",surplus"
+    (tmp_path / "t.csv").write_text("\n".join(text) + "\n")
+    message = r"t\.csv: cannot read as CSV: line 4 has 9 fields but the header has 8"
+    with pytest.raises(DataError, match=message):
+        load_owners(scenario(tmp_path / "t.csv"))
+
+
+def test_a_used_column_twice_in_the_header_is_an_error(tmp_path):
+    (tmp_path / "t.csv").write_text("a,b,a,y\n" + "1,2,3,4\n" * 50)
+    spec = {"target": "y", "numeric": ["a"], "blocks": 2, "holdout": 10}
+    s = validate({"name": "t", "data": {"source": "table", "path": str(tmp_path / "t.csv"), "table": spec}},
+                 "test")
+    with pytest.raises(DataError, match=r"column 'a': 2 columns of the header have this name"):
+        load_owners(s)
 
 
 def test_more_owner_tables_than_owners_is_an_error(csv):
@@ -399,6 +441,37 @@ def test_cli_bad_data_is_one_line_exit_2_and_leaves_nothing(csv, tmp_path, capsy
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "loans.csv: column 'missing_col': no such column" in err
     assert {p.name for p in tmp_path.iterdir()} == {"loans.csv", "s.toml"}  # no (staging) run dir
+
+
+@pytest.mark.parametrize("case", ["hostile value", "extra field", "garbage xz"])
+def test_cli_hostile_files_are_one_line_exit_2_and_leave_nothing(tmp_path, case):
+    """In a process of its own: no traceback, no numpy warning on stderr, no (staging) directory."""
+    df = records()
+    if case == "hostile value":
+        path = tmp_path / "t.csv"
+        df.loc[5, ["a", "b"]] = 1e308
+        write(df, path)
+    elif case == "extra field":
+        path = tmp_path / "t.csv"
+        lines = df.to_csv(index=False).splitlines()
+        lines[1] += ",9"  # the first data row: pandas alone would shift every column by one
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        path = tmp_path / "t.csv.xz"
+        path.write_bytes(b"\xfd7zXZ\x00 and then garbage")
+    toml = tmp_path / "s.toml"
+    toml.write_text(f'name = "t"\n[data]\nsource = "table"\npath = "{path}"\n[data.table]\ntarget = "y"\n'
+                    'numeric = ["a", "b"]\npartition = "site"\nholdout = 40\n[output]\nplots = false\n')
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "dpmarket", "run", str(toml), "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    expected = {"hostile value": "column 'a': 1 value beyond ±1e+100 (row 6), e.g. '1e+308'",
+                "extra field": "cannot read as CSV: line 2 has 9 fields but the header has 8",
+                "garbage xz": "cannot read as CSV: Corrupt input data"}[case]
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert f"dpmarket: error: {path}: {expected}" in done.stderr
+    assert "Traceback" not in done.stderr and "Warning" not in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([path.name, "s.toml"])
 
 
 def test_cli_run_reports_what_was_dropped_and_clipped(tmp_path, capsys):

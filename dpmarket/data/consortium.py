@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import rng as streams
-from dpmarket.data import synthetic
+from dpmarket.data import magnitudes, synthetic
+from dpmarket.errors import ScenarioError
 from dpmarket.models import OwnerData
 from dpmarket.scenario import Scenario
 
@@ -51,12 +52,38 @@ def build_consortium(scenario: Scenario, keep_records: bool | None = None) -> Co
     keep = keeps_records(scenario) if keep_records is None else keep_records
     if scenario.data.source == "table":
         return _from_table(scenario, keep)
+    return _generated(scenario, keep)
+
+
+def check_names(scenario: Scenario, names: list[str]) -> None:
+    """Owner names are distinct: an availability trace, a per-owner override or ``timeline
+    --owners`` finds an owner by name, and with two of a name it would silently take one."""
+    first: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if name not in first:
+            first[name] = i
+            continue
+        j = first[name]
+        named = [k for k in (i, j) if scenario.owner_value(k, "name") is not None]
+        key = f"owners.{named[0]}.name" if named else "data"
+        raise ScenarioError(scenario.source, key, name, f"owners {j} and {i} are both called {name!r}: "
+                            "owner names must be distinct (a trace or an override names one owner)")
+
+
+def _generated(scenario: Scenario, keep: bool) -> Consortium:
+    """Owners drawn by the synthetic generator, each from its own stream."""
     seed = scenario.seed if scenario.data.seed is None else scenario.data.seed
     d, m = scenario.data, scenario.model
     profile = synthetic.PROFILES[d.kind]
     pop = synthetic.population(profile, d.features, streams.stream(seed, "data"), d.generator)
     noise = profile.label_noise if d.label_noise is None else d.label_noise
     sizes = synthetic.owner_sizes(scenario, seed)
+    y_max = 1.0 if profile.task == "classification" else d.label_bound
+    z_l1 = d.features * d.feature_bound + (1.0 if m.intercept else 0.0)
+    magnitudes.check_bounds(scenario, int(sizes.sum()), z_l1, y_max, d.features + int(m.intercept))
+    names = [scenario.owner_value(i, "name") or synthetic.default_name(profile, i, len(sizes))
+             for i in range(len(sizes))]
+    check_names(scenario, names)
 
     def make(i: int) -> OwnerData:
         block = synthetic.generate_owner(profile, pop, int(sizes[i]),
@@ -73,10 +100,6 @@ def build_consortium(scenario: Scenario, keep_records: bool | None = None) -> Co
     else:
         with ThreadPoolExecutor(max_workers=2) as pool:
             owners = list(pool.map(make, range(len(sizes))))
-    names = [scenario.owner_value(i, "name") or synthetic.default_name(profile, i, len(sizes))
-             for i in range(len(sizes))]
-    y_max = 1.0 if profile.task == "classification" else d.label_bound
-    z_l1 = d.features * d.feature_bound + (1.0 if m.intercept else 0.0)
     return Consortium(names, owners, z_l1, y_max)
 
 
@@ -86,7 +109,10 @@ def _from_table(scenario: Scenario, keep: bool) -> Consortium:
 
     d, m = scenario.data, scenario.model
     loaded = load_owners(scenario)
-    owners = [OwnerData.from_block(b, m.intercept, keep) for b in loaded.blocks]
+    check_names(scenario, loaded.names)
     y_max = 1.0 if d.table.label == "sign" else d.label_bound
     z_l1 = loaded.transform.p * d.feature_bound + (1.0 if m.intercept else 0.0)
+    rows = sum(b.shape[1] for b in loaded.blocks) + (0 if loaded.holdout is None else loaded.holdout.shape[1])
+    magnitudes.check_bounds(scenario, rows, z_l1, y_max, loaded.transform.p + int(m.intercept))
+    owners = [OwnerData.from_block(b, m.intercept, keep) for b in loaded.blocks]
     return Consortium(loaded.names, owners, z_l1, y_max, loaded.report, loaded.holdout)

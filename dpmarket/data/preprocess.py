@@ -109,10 +109,22 @@ def fit(spec: Table, public: Columns, numeric_names: list[str], categorical_name
         raise DataError(source, None, f"data.table.components = {spec.components} but the "
                         f"features encode to only {E.shape[1]} columns")
     mu, sd, constant = _moments(spec, E, names)
-    V, D, explained = _projection(spec, (E - mu) / sd, x_bound)
-    M = (V / sd[:, None]) * D  # (d, p): encoded column → feature
-    offset = -(mu / sd) @ V * D
-    q = public.numeric.shape[1]
+    # Extreme declared bounds or spread can overflow the constants below; the caller checks
+    # them (the values entering are bounded, see table.MAX_MAGNITUDE), so numpy stays quiet.
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore", under="ignore"):
+        V, D, explained = _projection(spec, (E - mu) / sd, x_bound)
+        M = (V / sd[:, None]) * D  # (d, p): encoded column → feature
+        offset = -(mu / sd) @ V * D
+        lookups = _lookups(spec, categories, M, public.numeric.shape[1])
+    center, scale = _label_constants(spec, public.labels, y_bound)
+    sign = tuple(spec.positive) if spec.label == "sign" else None
+    return PublicTransform(tuple(names), categories, M[:public.numeric.shape[1]].copy(), lookups,
+                           offset, center, scale, sign, explained, constant)
+
+
+def _lookups(spec: Table, categories, M: np.ndarray, q: int) -> tuple[np.ndarray, ...]:
+    """Per categorical column, the feature vector of each hold-out level (rows of M after the
+    ``q`` numeric ones), and a last row for a level the hold-out never showed."""
     lookups, row = [], q
     for levels in categories:
         if spec.encoding == "codes":  # one encoded column: the code times its row
@@ -121,10 +133,7 @@ def fit(spec: Table, public: Columns, numeric_names: list[str], categorical_name
         else:  # one column per level; an unseen level is the all-zero one-hot vector
             lookups.append(np.vstack([M[row:row + len(levels)], np.zeros(M.shape[1])]))
             row += len(levels)
-    center, scale = _label_constants(spec, public.labels, y_bound)
-    sign = tuple(spec.positive) if spec.label == "sign" else None
-    return PublicTransform(tuple(names), categories, M[:q].copy(), tuple(lookups), offset,
-                           center, scale, sign, explained, constant)
+    return tuple(lookups)
 
 
 def _encoded(spec: Table, public: Columns, categories, numeric_names, categorical_names):

@@ -16,14 +16,16 @@ purpose is counted in the report that ends up in ``summary.json``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from dpmarket.data import preprocess
+from dpmarket.data.magnitudes import ROOM
 from dpmarket.data.preprocess import Columns, PublicTransform
-from dpmarket.errors import DataError
+from dpmarket.errors import DataError, ScenarioError
 from dpmarket.scenario import Scenario, Table
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
@@ -32,6 +34,10 @@ SHOWN = 5  # rows or owners named in an error message before "…"
 # What a CSV cell holding a missing value looks like (an empty cell, or a marker). Deliberately short:
 # pandas' default list also takes "None" and "n/a", which can be real categories.
 MISSING_MARKERS = ["", "NA", "N/A", "NaN", "nan", "NULL", "null"]
+# Largest magnitude a numeric value may have. Beyond it sums of squares (the hold-out's moments)
+# and the public transform could overflow, and inf − inf is NaN, which no clipping removes; no
+# measurement is that large, so such a value is an error (infinities included), never clipped.
+MAX_MAGNITUDE = 1e100
 
 
 @dataclass(frozen=True)
@@ -99,7 +105,33 @@ def _fit_on_holdout(scenario: Scenario, parsed: Parsed, held: np.ndarray) -> tup
         raise DataError(d.path, None, f"all {spec.holdout} hold-out rows have missing values")
     transform = preprocess.fit(spec, parsed.take(held), spec.numeric, spec.categorical,
                                d.feature_bound, d.label_bound, d.path)
+    _check_transform(scenario, transform)
     return transform, int(len(held))
+
+
+def _check_transform(scenario: Scenario, transform: PublicTransform) -> None:
+    """Every value a file may hold (|v| ≤ MAX_MAGNITUDE) maps to a finite feature and label.
+
+    The transform's gains grow with X/spread (features) and 1/(spread·Y) (labels) over the
+    hold-out's standard deviations; checked before any record goes through it, so no sum in
+    it can overflow (inf − inf would be NaN, which clipping into the bounds keeps).
+    """
+    d, spread = scenario.data, scenario.data.table.spread
+    with np.errstate(over="ignore", invalid="ignore"):
+        reach = (np.abs(transform.offset) + MAX_MAGNITUDE * np.abs(transform.weights).sum(axis=0)
+                 + sum(np.abs(lookup).max(axis=0) for lookup in transform.lookups))
+        label = 2.0 * MAX_MAGNITUDE / transform.label_scale
+    if not np.all(reach <= ROOM):
+        key, value = (("data.table.spread", spread) if 1.0 / spread > d.feature_bound
+                      else ("data.feature_bound", d.feature_bound))
+        raise ScenarioError(scenario.source, key, value, f"makes the public transform's features reach "
+                            f"{float(np.max(reach)):.3g} for values up to ±{MAX_MAGNITUDE:.0e}: they would "
+                            "overflow")
+    if transform.sign_positive is None and not label <= ROOM:
+        key, value = (("data.table.spread", spread) if 1.0 / spread > d.label_bound
+                      else ("data.label_bound", d.label_bound))
+        raise ScenarioError(scenario.source, key, value, f"makes the label scale {transform.label_scale!r}: "
+                            f"labels up to ±{MAX_MAGNITUDE:.0e} would overflow")
 
 
 def used_columns(spec: Table) -> list[str]:
@@ -111,35 +143,79 @@ def used_columns(spec: Table) -> list[str]:
 
 
 def read(path: str, columns: list[str]) -> pd.DataFrame:
-    """Read ``columns`` of the file (format from its suffix); CSV cells stay strings to be checked."""
+    """Read ``columns`` of the file (format from its suffix); CSV cells stay strings to be checked.
+
+    This is the one place a data file is read, so whatever its bytes hold — a damaged archive, text
+    that is not UTF-8, rows with more fields than the header — ends as a DataError naming the file.
+    """
     csv = path.lower().endswith(CSV_SUFFIXES)
     if not csv and not path.lower().endswith(PARQUET_SUFFIXES):
         raise DataError(path, None, "unknown format: expected .csv, .csv.gz (.bz2, .xz, .zip) or .parquet")
     try:
-        header = (list(pd.read_csv(path, nrows=0).columns) if csv
-                  else _parquet_columns(path))
-        _check_present(path, header, columns)
-        if csv:
-            return pd.read_csv(path, usecols=columns, dtype=str, keep_default_na=False,
-                               na_values=MISSING_MARKERS)
-        return pd.read_parquet(path, columns=columns)
-    except (ValueError, OSError, EOFError, UnicodeDecodeError) as exc:
-        kind = "CSV" if csv else "Parquet"
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise DataError(path, None, f"cannot read as {kind}: {reason}") from None
+        return _read_csv(path, columns) if csv else _read_parquet(path, columns)
+    except _read_errors() as exc:
+        raise DataError(path, None, f"cannot read as {'CSV' if csv else 'Parquet'}: {_reason(exc)}") from None
 
 
-def _parquet_columns(path: str) -> list[str]:
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading hostile bytes raises: pandas' and the decompressors' errors (deferred imports).
+
+    Besides ValueError (parser, UTF-8, pyarrow's ArrowInvalid) and OSError (gzip, bz2, I/O) the
+    decompressors have their own: ``zlib.error``, ``lzma.LZMAError``, ``zipfile.BadZipFile``, and
+    NotImplementedError or RuntimeError for a zip member that is encrypted or uses an unknown method.
+    """
+    import lzma
+    import zipfile
+    import zlib
+
+    import pyarrow
+
+    return (ValueError, OSError, EOFError, NotImplementedError, RuntimeError, zlib.error,
+            lzma.LZMAError, zipfile.BadZipFile, pyarrow.ArrowException)
+
+
+def _reason(exc: BaseException) -> str:
+    """The first line of an error, with pandas' field-count complaint said in the file's terms."""
+    text = str(exc).strip()
+    fields = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", text)
+    if fields:
+        expected, line, saw = fields.groups()
+        return f"line {line} has {saw} fields but the header has {expected}"
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _read_csv(path: str, columns: list[str]) -> pd.DataFrame:
+    """The CSV's ``columns``, every row checked to have no more fields than the header.
+
+    pandas would otherwise repair such rows silently: ``usecols`` drops a row's extra fields, and
+    a first data row longer than the header turns the leading columns into an index, shifting
+    every value. So the header and the first row are read as plain rows (a longer first row is
+    then a parser error), and the file is read whole (with ``usecols`` pandas skips the check).
+    """
+    head = pd.read_csv(path, header=None, nrows=2, dtype=str, keep_default_na=False, index_col=False)
+    header = head.iloc[0].tolist() if len(head) else []
+    _check_present(path, header, columns)
+    frame = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=MISSING_MARKERS,
+                        index_col=False)
+    return frame[columns]
+
+
+def _read_parquet(path: str, columns: list[str]) -> pd.DataFrame:
     import pyarrow.parquet as pq  # deferred: only Parquet files need it
 
-    return list(pq.read_schema(path).names)
+    _check_present(path, list(pq.read_schema(path).names), columns)
+    return pd.read_parquet(path, columns=columns)
 
 
 def _check_present(path: str, header: list[str], columns: list[str]) -> None:
+    """Every used column is in the header exactly once (pandas would rename a second 'a' 'a.1')."""
     for column in columns:
-        if column not in header:
+        count = header.count(column)
+        if count == 0:
             shown = ", ".join(header[:12]) + (", …" if len(header) > 12 else "")
             raise DataError(path, column, f"no such column (the file has {len(header)}: {shown})")
+        if count > 1:
+            raise DataError(path, column, f"{count} columns of the header have this name")
 
 
 def parse(frame: pd.DataFrame, spec: Table, path: str) -> Parsed:
@@ -170,16 +246,20 @@ def parse(frame: pd.DataFrame, spec: Table, path: str) -> Parsed:
 
 
 def _numeric(series: pd.Series, path: str, col: str) -> tuple[np.ndarray, np.ndarray]:
-    """Values as floats and the missing mask; any non-numeric (or infinite) value is an error."""
+    """Values as floats and the missing mask; a non-numeric, infinite or too large value is an error."""
     missing = series.isna().to_numpy()
     if pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series):
         values = series.to_numpy(dtype=float, na_value=np.nan)
     else:
         values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
-    bad = ~missing & ~np.isfinite(values)
+    bad = ~missing & np.isnan(values)
     if bad.any():
-        raise DataError(path, col, f"{int(bad.sum())} non-numeric values ({_rows(bad)}), "
+        raise DataError(path, col, f"{_count(bad, 'non-numeric value')} ({_rows(bad)}), "
                         f"e.g. {series[bad].iloc[0]!r}")
+    huge = ~missing & ~(np.abs(values) <= MAX_MAGNITUDE)
+    if huge.any():
+        raise DataError(path, col, f"{_count(huge, 'value')} beyond ±{MAX_MAGNITUDE:.0e} ({_rows(huge)}), "
+                        f"e.g. {_shown(series[huge].iloc[0])}: too large to compute with")
     return np.where(missing, 0.0, values), missing
 
 
@@ -209,10 +289,21 @@ def _missing_policy(missing: dict[str, np.ndarray], spec: Table, path: str, n: i
     any_missing = np.zeros(n, dtype=bool)
     for col, mask in missing.items():
         if mask.any() and spec.missing == "error":
-            raise DataError(path, col, f"{int(mask.sum())} missing values ({_rows(mask)}); "
+            raise DataError(path, col, f"{_count(mask, 'missing value')} ({_rows(mask)}); "
                             "set data.table.missing = 'drop' to leave those rows out")
         any_missing |= mask
     return ~any_missing
+
+
+def _shown(value) -> str:
+    """A cell as the message shows it: text quoted as in the file, a number (Parquet) as a float."""
+    return repr(value) if isinstance(value, str) else repr(float(value))
+
+
+def _count(mask: np.ndarray, noun: str) -> str:
+    """'1 value' or '3 values': how many rows ``mask`` marks."""
+    count = int(mask.sum())
+    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 def _rows(mask: np.ndarray) -> str:
