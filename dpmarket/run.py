@@ -19,7 +19,7 @@ import numpy as np
 from dpmarket import api, entry
 from dpmarket import rng as streams
 from dpmarket.data import Consortium, build_consortium
-from dpmarket.data.magnitudes import check_objective
+from dpmarket.data.magnitudes import check_curvature, check_optimum
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.events import EventLog
 from dpmarket.learner import AsyncLearner
@@ -234,9 +234,10 @@ def prepare(scenario: Scenario, progress: Progress = SILENT) -> Prepared:
         consortium = build_consortium(scenario)
     m = scenario.model
     objective = Objective(make_loss(m.loss), consortium.owners, m.regularization, m.theta_max)
-    check_objective(scenario, consortium, objective)  # θ* solvable, ψ = f/f* − 1 finite over Θ
+    check_curvature(scenario, consortium)  # θ* solvable in floating point
     with progress.phase(f"solving θ* ({m.loss} loss)", unit="iterations") as step:
         objective.optimum(step.update)
+    check_optimum(scenario, consortium, objective)  # ψ = f/f* − 1 finite over Θ
     with progress.phase("own-data models θ_i*", total=len(consortium.owners), unit="owner") as step:
         own = objective.own_data_models(step.update)
     return Prepared(consortium, objective, objective.psis(own))

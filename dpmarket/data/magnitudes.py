@@ -60,14 +60,23 @@ def check_bounds(scenario, records: int, z_l1: float, y_max: float, p: int) -> N
 
 
 def check_objective(scenario, consortium, objective) -> None:
-    """Refuse a λ lost in rounding next to an owner's data term, or an f(θ*) that leaves ψ not finite.
+    """Refuse a λ lost in rounding next to an owner's data term, or an f(θ*) that leaves ψ not finite
+    (:func:`check_curvature`, then :func:`check_optimum`, which solves θ* if not yet solved)."""
+    check_curvature(scenario, consortium)
+    check_optimum(scenario, consortium, objective)
 
-    Oracle checks (they read the records, like θ* and ψ themselves), run before θ* is solved for.
-    """
+
+def check_curvature(scenario, consortium) -> None:
+    """Refuse a λ lost in rounding next to an owner's (or the hold-out's) data term: an oracle check
+    (it reads the records, like θ* itself), run before θ* is solved for."""
     held = consortium.holdout  # table data: the public rows, which the proxy's optima solve on
     public = ([OwnerData.from_block(held, scenario.model.intercept, False)]
               if held is not None and held.shape[1] else [])
     _check_curvature(scenario, consortium.owners + public)
+
+
+def check_optimum(scenario, consortium, objective) -> None:
+    """Refuse an f(θ*) that leaves ψ = f/f* − 1 not finite over Θ (an oracle check, after θ*)."""
     f_star = objective.f_star
     if not math.isfinite(f_star):  # unreachable once check_bounds passed: a bug, not bad input
         raise FloatingPointError(f"f(θ*) = {f_star!r} over records in the declared domain")
