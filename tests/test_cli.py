@@ -74,6 +74,22 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(tmp_path, content, over
     assert not out.exists() and not (out.parent.exists() and any(out.parent.iterdir()))
 
 
+@pytest.mark.parametrize("override,expected", [
+    ("data.feature_bound=1e100", "data.feature_bound = 1e+100: makes the sensitivity"),  # Ξ² overflows
+    ("market.epsilon_max=1e300", "market.epsilon_max = 1e+300: lets a cost or payment reach inf"),
+])
+def test_a_market_whose_derived_quantities_overflow_is_one_line(tmp_path, override, expected):
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "banks_market.toml"
+    out = tmp_path / "out" / "run"
+    done = run_cli("run", str(path), "--out", str(out), "--set", override)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dpmarket: error:"), done.stderr
+    assert str(path) in lines[0] and expected in lines[0]
+    assert "Traceback" not in done.stderr + done.stdout and "Warning" not in done.stderr
+    assert not out.exists() and not (out.parent.exists() and any(out.parent.iterdir()))
+
+
 def test_run_writes_the_contract_files(tmp_path):
     out = tmp_path / "run"
     assert main(["run", str(scenario(tmp_path, plots=True)), "--out", str(out), "--seed", "9"]) == 0

@@ -43,7 +43,7 @@ def check_bounds(scenario, records: int, z_l1: float, y_max: float, p: int) -> N
     m, n = scenario.model, float(records)
     r = reach(z_l1, y_max, m.theta_max)
     if not n * r * r <= ROOM:
-        key, value = _largest_bound(scenario)
+        key, value = largest_bound(scenario)
         raise ScenarioError(scenario.source, key, value,
                             f"lets one record's loss or gradient reach {r * r:.3g}, and {n:.0f} records "
                             f"sum to more than {ROOM:.0e}: the answers, f and ψ would overflow")
@@ -115,7 +115,7 @@ def _check_curvature(scenario, owners) -> None:
                         "θ* cannot be solved for")
 
 
-def _largest_bound(scenario) -> tuple[str, float]:
+def largest_bound(scenario) -> tuple[str, float]:
     """The declared bound R grows with most: the largest of X, Y (regression only) and θmax."""
     d, m = scenario.data, scenario.model
     bounds = [("data.feature_bound", d.feature_bound), ("model.theta_max", m.theta_max)]

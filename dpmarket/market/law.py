@@ -56,6 +56,7 @@ from dpmarket.market.members import Prefixes, as_members
 from dpmarket.privacy import answer_caps, is_pure
 from dpmarket.stepsize import auto_rho, floor_law
 
+ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived quantity may reach
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
 
 
@@ -445,6 +446,7 @@ def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
     finite(inputs.floor_weights, "model.regularization", scenario, "floor weights")
     finite(inputs.heterogeneity, "data.shift", scenario, "heterogeneity term")
     finite(inputs.selection, "data.shift", scenario, "selection term")
+    check_sensitivity(scenario, inputs.sensitivity)
     N = len(sizes)
     masks = np.vstack([np.ones((1, N), bool), np.eye(N, dtype=bool)])
     rho = coalitions_of(inputs, np.asarray(sizes, dtype=float), masks).rho
@@ -463,6 +465,21 @@ def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
                                 f"the forecast's noise term: {exc}") from None
     finite(free, "learner.rho", scenario, "noise-free term")
     finite(noise, key, scenario, "noise term")
+
+
+def check_sensitivity(scenario, xi: float) -> None:
+    """Refuse a Ξ whose square (the noise term's 8Ξ²) would overflow, naming the key behind Ξ: the
+    clipping bound, or the largest declared bound (a run's own checks let Ξ itself reach ~1e300)."""
+    if 8.0 * xi * xi <= ROOM:  # float products give inf, not OverflowError as ``**`` does
+        return
+    from dpmarket.data.magnitudes import largest_bound  # deferred, as build_inputs' imports
+
+    p = scenario.privacy
+    key, value = (("privacy.clip", p.clip) if p.sensitivity == "clip" and p.clip != "auto"
+                  else largest_bound(scenario))
+    raise ScenarioError(scenario.source, key, value,
+                        f"makes the sensitivity Ξ = {xi:.3g}: the forecast's noise term 8Ξ² would exceed "
+                        f"{ROOM:.0e}")
 
 
 def smallest_epsilons(scenario, owners: int) -> np.ndarray:

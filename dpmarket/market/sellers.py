@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import rng as streams
+from dpmarket.data.magnitudes import ROOM
+from dpmarket.errors import ScenarioError
 from dpmarket.market.costs import Cost
 from dpmarket.scenario import Scenario
 
@@ -60,6 +62,21 @@ def cost_coefficients(scenario: Scenario, owners: int) -> np.ndarray:
 def build_sellers(scenario: Scenario, records: np.ndarray, own_psi: np.ndarray | None) -> Sellers:
     """The sellers of ``scenario`` with sizes ``records`` (own ψ only used with a model value)."""
     m = scenario.market
-    coef = cost_coefficients(scenario, len(records))
-    return Sellers(Cost(m.costs.kind, coef), np.asarray(records, dtype=float), m.epsilon_min,
-                   m.epsilon_max, own_psi, m.model_value)
+    cost = Cost(m.costs.kind, cost_coefficients(scenario, len(records)))
+    check_payments(scenario, cost)
+    return Sellers(cost, np.asarray(records, dtype=float), m.epsilon_min, m.epsilon_max, own_psi,
+                   m.model_value)
+
+
+def check_payments(scenario: Scenario, cost: Cost) -> None:
+    """Refuse an ε_max at which a cost or a payment could overflow: the largest amount a policy
+    weighs is C(ε_max), or a price up to 4·C'(ε_max) (stackelberg's grid) times ε_max."""
+    eps = scenario.market.epsilon_max
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported below, naming the key
+        top = float(np.max(np.maximum(cost(np.full(np.shape(cost.coef), eps)),
+                                      4.0 * cost.marginal(np.full(np.shape(cost.coef), eps)) * eps)))
+    if top <= ROOM:
+        return
+    raise ScenarioError(scenario.source, "market.epsilon_max", eps,
+                        f"lets a cost or payment reach {top:.3g} (cost coefficients up to "
+                        f"{float(np.max(cost.coef)):.3g}), beyond {ROOM:.0e}: the market would overflow")

@@ -42,10 +42,11 @@ def settle_market(scenario: Scenario, prepared: Prepared, policy: str | None = N
                   cache: Path = calibration.CACHE_DIR, progress: Progress = SILENT) -> MarketStage:
     """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins.
     ``progress`` hears of the pilot runs, when the forecast has to be calibrated."""
+    sellers = sellers_of(scenario, prepared)  # first: its checks are cheap, the calibration is not
     forecast, source = calibration.resolve(scenario, prepared.consortium, prepared.objective, cache,
                                            progress=progress)
     name = policy or scenario.market.policy
-    outcome = settle(name, sellers_of(scenario, prepared), forecast, scenario.market, scenario.seed)
+    outcome = settle(name, sellers, forecast, scenario.market, scenario.seed)
     if not outcome.participates.any():
         raise MarketError(f"{scenario.name}: market.policy = {name!r}: no owner takes part at these "
                           "terms (raise market.price, market.budget or market.value)")
