@@ -30,10 +30,21 @@ from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import clip_margins
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import noise_kind
-from dpmarket.schedule import Tape
+from dpmarket.schedule import Tape, answer_ranks
 
 BLOCK_VALUES = 1 << 21  # noise values held per block of updates (16 MiB), whatever T and R
 GROUP_VALUES = 1 << 22  # record-by-replication products held at once (logistic, hinge, clipping)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """Owners' b_i = Z_iᵀy_i and 2/n_i gathered for the slots of some updates."""
+
+    b: np.ndarray
+    two_n: np.ndarray
+
+    def __getitem__(self, index) -> Gathered:
+        return Gathered(self.b[index], self.two_n[index])
 
 
 class Answers:
@@ -49,16 +60,22 @@ class Answers:
             self.b = np.array([o.data.stats.b for o in owners])
             self.two_n = np.array([2.0 / o.data.n for o in owners])  # the inline (2.0 / n) exactly
 
-    def of(self, slots: np.ndarray, thetas: np.ndarray) -> np.ndarray:
-        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]``."""
+    def of(self, slots: np.ndarray, thetas: np.ndarray, rows: Gathered | None = None) -> np.ndarray:
+        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]`` (``rows``: the owners'
+        statistics gathered for these slots beforehand, see :meth:`gather`)."""
         if self.stats:
-            product = np.matmul(self.A[slots], thetas[:, :, None])[:, :, 0]
-            return self.two_n[slots][:, None] * (product - self.b[slots])
+            rows = self.gather(slots) if rows is None else rows
+            product = np.matmul(np.take(self.A, slots, axis=0), thetas[:, :, None])[:, :, 0]
+            return rows.two_n[:, None] * (product - rows.b)
         out = np.empty_like(thetas)
         for slot in np.unique(slots).tolist():
-            rows = np.flatnonzero(slots == slot)
-            out[rows] = self.records(slot, thetas[rows])
+            at = np.flatnonzero(slots == slot)
+            out[at] = self.records(slot, thetas[at])
         return out
+
+    def gather(self, slots: np.ndarray) -> Gathered | None:
+        """The statistics of the owners ``slots`` (any shape), gathered once for a block of updates."""
+        return Gathered(self.b[slots], self.two_n[slots]) if self.stats else None
 
     def every(self, thetas: np.ndarray) -> np.ndarray:
         """(R, N, p): every owner's exact answer at each row of ``thetas`` (synchronous rounds)."""
@@ -82,6 +99,21 @@ class Answers:
         return out
 
 
+@dataclass(frozen=True)
+class Drawn:
+    """A block's standard draws (``pool``) and, per update and replication, the row of its answer's
+    draw and its owner's noise scale."""
+
+    pool: np.ndarray
+    row: np.ndarray
+    scale: np.ndarray
+
+    def __getitem__(self, at) -> np.ndarray:
+        """The noise of the answers ``at`` (an update, or an update and some replications): the
+        standard draw times the scale, as the inline sampler computes it."""
+        return np.take(self.pool, self.row[at], axis=0) * self.scale[at][:, None]
+
+
 class Noise:
     """Each replication's owners' noise, drawn from the same per-owner streams as the inline run
     (``noise`` stream of the replication seed and the owner's scenario index) and handed out by
@@ -95,37 +127,45 @@ class Noise:
         self.drawn = np.zeros((len(seeds), len(owners)), dtype=np.int64)
         self.dim = owners[0].noise.dim if owners else 0
 
-    def exchanges(self, tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
-        """(R, k1 − k0, p): the noise of updates k0+1…k1 of every asynchronous tape (zeros past its end)."""
-        out = np.zeros((len(tapes), k1 - k0, self.dim))
+    def exchanges(self, tapes: list[Tape], k0: int, k1: int, slots: np.ndarray) -> Drawn:
+        """The noise of updates k0+1…k1 of every asynchronous tape, whose owners are ``slots``
+        (update-major, see :func:`_slots`): each replication's owners' next draws, in one pool."""
+        pools, rows, base = [], np.zeros(slots.shape, dtype=np.int64), 0
         for r, tape in enumerate(tapes):
             owners, answers = tape.owner[k0:k1], tape.answer[k0:k1]
-            for slot in np.unique(owners).tolist():
-                at = np.flatnonzero(owners == slot)
-                out[r, at] = self._draw(r, slot, answers[at]) * self.scale[slot]
-        return out
+            within = answers - self.drawn[r, owners]  # the answer's index among this block's draws
+            if not np.array_equal(within, answer_ranks(owners, len(self.kinds))):
+                raise RuntimeError(f"replay: replication {r}'s answers are not each owner's next ones "
+                                   f"(updates {k0 + 1}…{k1}): the tape is out of order")
+            counts = np.bincount(owners, minlength=len(self.kinds))
+            pools.extend(self._draw(r, slot, int(c)) for slot, c in enumerate(counts.tolist()) if c)
+            start = base + np.concatenate(([0], np.cumsum(counts)[:-1]))  # each owner's first row
+            rows[:len(owners), r] = start[owners] + within
+            base += len(owners)
+        pool = np.concatenate(pools) if pools else np.zeros((1, self.dim))
+        return Drawn(pool, rows, self.scale[slots])
 
     def rounds(self, tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
-        """(R, k1 − k0, N, p): every owner's noise for rounds k0+1…k1 (zeros past a tape's end)."""
-        out = np.zeros((len(tapes), k1 - k0, len(self.kinds), self.dim))
+        """(k1 − k0, R, N, p): every owner's noise for rounds k0+1…k1 (zeros past a tape's end)."""
+        out = np.zeros((k1 - k0, len(tapes), len(self.kinds), self.dim))
         for r, tape in enumerate(tapes):
             answers = tape.answer[k0:k1]
             for slot in range(len(self.kinds)):
-                out[r, :len(answers), slot] = self._draw(r, slot, answers) * self.scale[slot]
+                first = self.drawn[r, slot]
+                if not np.array_equal(answers, np.arange(first, first + len(answers))):
+                    raise RuntimeError(f"replay: replication {r}'s rounds are out of order")
+                out[:len(answers), r, slot] = self._draw(r, slot, len(answers)) * self.scale[slot]
         return out
 
-    def _draw(self, r: int, slot: int, answers: np.ndarray) -> np.ndarray:
-        """Owner ``slot``'s standard draws for its answers ``answers`` of replication r, which must be
-        the next ones of its stream and within what its ledger can pay."""
+    def _draw(self, r: int, slot: int, count: int) -> np.ndarray:
+        """The next ``count`` standard draws of owner ``slot``'s stream in replication r, refused beyond
+        what its ledger can pay (an answer past the cap is never applied)."""
         first = int(self.drawn[r, slot])
-        if not np.array_equal(answers, np.arange(first, first + len(answers))):
-            raise RuntimeError(f"replay: owner slot {slot}'s answers {answers[:5].tolist()}… are not its "
-                               f"next ones (from {first}): the tape is out of order")
-        if first + len(answers) > self.capacity[slot]:
-            raise RuntimeError(f"replay: owner slot {slot} would give answer {first + len(answers)} of a "
-                               f"ledger that pays {self.capacity[slot]}: refused answers are never applied")
-        self.drawn[r, slot] += len(answers)
-        return self.kinds[slot].standard(self.gens[r][slot], len(answers), self.dim)
+        if first + count > self.capacity[slot]:
+            raise RuntimeError(f"replay: owner slot {slot} would give answer {first + count} of a ledger "
+                               f"that pays {self.capacity[slot]}: refused answers are never applied")
+        self.drawn[r, slot] += count
+        return self.kinds[slot].standard(self.gens[r][slot], count, self.dim)
 
 
 class AsyncBatch:
@@ -133,9 +173,12 @@ class AsyncBatch:
 
     def __init__(self, learner: AsyncLearner, replications: int) -> None:
         self.c = learner
-        self.theta_L = np.zeros((replications, learner.theta_L.shape[0]))
-        self.theta = np.zeros((replications, learner.N, learner.theta_L.shape[0]))
-        self.counts = np.zeros((replications, learner.N), dtype=np.int64)
+        p, N = learner.theta_L.shape[0], learner.N
+        self.theta_L = np.zeros((replications, p))
+        self.theta = np.zeros((replications, N, p))
+        self.copies = self.theta.reshape(replications * N, p)  # row r·N + i: replication r's θ_i
+        self.counts = np.zeros((replications, N), dtype=np.int64)
+        self.offsets = N * np.arange(replications)  # replication r's first row in ``copies``
         self.share = np.asarray(learner._share)
         self.k = 0
 
@@ -144,20 +187,29 @@ class AsyncBatch:
         """θ_L of every replication."""
         return self.theta_L
 
-    def step(self, rows: np.ndarray, slots: np.ndarray, noise: np.ndarray, answers: Answers) -> None:
-        """Update k + 1 of the replications ``rows`` with owners ``slots`` and their answers' noise."""
+    def step(self, rows: np.ndarray | None, slots: np.ndarray, noise: np.ndarray, answers: Answers,
+             gathered: Gathered | None) -> None:
+        """Update k + 1 of the replications ``rows`` (None: all) with owners ``slots``, their answers'
+        noise and statistics (``gathered``), as :meth:`AsyncLearner.update` after the owner's answer."""
         c = self.c
         self.k += 1
-        self.counts[rows, slots] += 1
-        theta_bar = 0.5 * (self.theta_L[rows] + self.theta[rows, slots])
-        answer = answers.of(slots, theta_bar) + noise
+        flat = slots + (self.offsets if rows is None else c.N * rows)  # rows of ``copies``
+        theta_L = self.theta_L if rows is None else self.theta_L[rows]
+        theta_bar = 0.5 * (theta_L + np.take(self.copies, flat, axis=0))
+        answer = answers.of(slots, theta_bar, gathered) + noise
         grad_g = (2.0 * c.lam) * theta_bar
-        weight = self.share[slots]
+        weight = np.take(self.share, slots)
         if c.weighting != "none":
-            weight = weight * (1.0 / (c.N * ((self.counts[rows, slots] + 1.0) / (self.k + c.N))))
+            counts = self.counts.reshape(-1)
+            counts[flat] += 1
+            weight = weight * (1.0 / (c.N * ((counts[flat] + 1.0) / (self.k + c.N))))
         step_i = theta_bar - c.step_owner * (grad_g / (2 * c.N) + weight[:, None] * answer)
-        self.theta[rows, slots] = _project(step_i, c.theta_max)
-        self.theta_L[rows] = _project(theta_bar - c.step_central * grad_g, c.theta_max)
+        self.copies[flat] = _project(step_i, c.theta_max)
+        central = _project(theta_bar - c.step_central * grad_g, c.theta_max)
+        if rows is None:
+            self.theta_L = central
+        else:
+            self.theta_L[rows] = central
 
 
 class SyncBatch:
@@ -174,9 +226,10 @@ class SyncBatch:
         """The published model of every replication: the iterate, or its average."""
         return self.theta_avg if self.averaged else self.theta_now
 
-    def step(self, rows: np.ndarray, noise: np.ndarray, answers: Answers) -> None:
-        """Round k + 1 of the replications ``rows``: every owner answers at the current iterate."""
-        c, theta = self.c, self.theta_now[rows]
+    def step(self, rows: np.ndarray | None, noise: np.ndarray, answers: Answers) -> None:
+        """Round k + 1 of the replications ``rows`` (None: all): every owner answers at the iterate."""
+        rows = slice(None) if rows is None else rows
+        c, theta = self.c, self.theta_now[rows].copy()  # the query point, and the previous iterate
         replies = answers.every(theta) + noise
         direction = 2.0 * c.lam * theta + np.matmul(c.share[None, None, :], replies)[:, 0, :]
         step = c.rho / np.sqrt(self.k + 1) if self.averaged else c.rho / (c.T * c.T * (self.k + 1))
@@ -226,24 +279,28 @@ def _replay_block(batch, tapes: list[Tape], noise: Noise, answers: Answers, ends
                   k1: int, models: np.ndarray, index: dict[int, int]) -> None:
     """Updates k0+1…k1 of every replication whose tape is that long."""
     asynchronous = isinstance(batch, AsyncBatch)
-    table = noise.exchanges(tapes, k0, k1) if asynchronous else noise.rounds(tapes, k0, k1)
-    slots = _slots(tapes, k0, k1) if asynchronous else None
-    everyone, shortest = np.arange(len(tapes)), int(ends.min())
+    if asynchronous:
+        slots = _slots(tapes, k0, k1)
+        table, gathered = noise.exchanges(tapes, k0, k1, slots), answers.gather(slots)
+    else:
+        table = noise.rounds(tapes, k0, k1)
+    shortest = int(ends.min())
     for step in range(k1 - k0):
         k = k0 + step + 1
-        rows = everyone if shortest >= k else np.flatnonzero(ends >= k)
+        rows = None if shortest >= k else np.flatnonzero(ends >= k)
+        at = step if rows is None else (step, rows)
         if asynchronous:
-            batch.step(rows, slots[rows, step], table[rows, step], answers)
+            batch.step(rows, slots[at], table[at], answers, None if gathered is None else gathered[at])
         else:
-            batch.step(rows, table[rows, step], answers)
+            batch.step(rows, table[at], answers)
         if k in index:
             models[index[k]] = batch.model
 
 
 def _slots(tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
-    """(R, k1 − k0): the owner of each update of each tape (0 past its end, never applied)."""
-    out = np.zeros((len(tapes), k1 - k0), dtype=np.int64)
+    """(k1 − k0, R): the owner of each update of each tape (0 past its end, never applied)."""
+    out = np.zeros((k1 - k0, len(tapes)), dtype=np.int64)
     for r, tape in enumerate(tapes):
         part = tape.owner[k0:k1]
-        out[r, :len(part)] = part
+        out[:len(part), r] = part
     return out

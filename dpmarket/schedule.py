@@ -26,6 +26,7 @@ from dpmarket.owners import DataOwner
 from dpmarket.training import Superposition
 
 LEAVE_DETAIL = "budget spent: stops taking part"
+SMALL = 16  # owners up to which answer indices are running counts rather than a sort
 
 
 @dataclass(frozen=True)
@@ -114,11 +115,11 @@ def exchanges_tape(capacity: np.ndarray, iterations: int, selection: np.random.G
         if np.all(used >= capacity):
             reason = "budgets exhausted"
             break
-        picks, stop = _accepted(clock, selection, iterations - done, used, capacity)
+        picks, rank, stop = _accepted(clock, selection, iterations - done, used, capacity)
         accepted = picks[:stop]
         owners.append(accepted)
-        answers.append(used[accepted] + _rank(accepted))
-        np.add.at(used, accepted, 1)
+        answers.append(rank[:stop])
+        used += np.bincount(accepted, minlength=len(used))
         done, ticks = done + stop, ticks + stop
         means.append(np.full(stop, clock.mean_wait))
         if stop < len(picks) and np.any(used < capacity):  # the next pick ticks, and leaves
@@ -136,23 +137,24 @@ def exchanges_tape(capacity: np.ndarray, iterations: int, selection: np.random.G
 
 
 def _accepted(clock: Superposition, selection: np.random.Generator, wanted: int, used: np.ndarray,
-              capacity: np.ndarray) -> tuple[np.ndarray, int]:
-    """Up to ``wanted`` next picks, and how many of them are answered: all, or those before the first
-    pick of an owner whose budget is spent (or before every budget is spent). ``selection`` is left
-    just after the last pick consumed: the answered ones and the leaving tick, if any."""
+              capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Up to ``wanted`` next picks, each one's answer index (answers its owner gave before), and how
+    many of them are answered: all, or those before the first pick of an owner whose budget is spent
+    (or before every budget is spent). ``selection`` is left just after the last pick consumed: the
+    answered ones and the leaving tick, if any."""
     state = selection.bit_generator.state
     picks = _picks(clock, selection, wanted)
-    rank = used[picks] + _rank(picks)
+    rank = used[picks] + answer_ranks(picks, len(used))
     over = np.flatnonzero(rank >= capacity[picks])
     if len(over) == 0:
-        return picks, len(picks)
+        return picks, rank, len(picks)
     stop = int(over[0])
     left = int(np.sum(capacity - used))  # answers until every budget is spent
     stop = min(stop, left)
     consumed = stop if stop == left else stop + 1  # every budget spent: the loop ends before a tick
     selection.bit_generator.state = state
     _picks(clock, selection, consumed)
-    return picks[:consumed], stop
+    return picks[:consumed], rank[:consumed], stop
 
 
 def _picks(clock: Superposition, selection: np.random.Generator, count: int) -> np.ndarray:
@@ -164,12 +166,15 @@ def _picks(clock: Superposition, selection: np.random.Generator, count: int) -> 
     return ids[np.minimum(slots, len(ids) - 1)]
 
 
-def _rank(picks: np.ndarray) -> np.ndarray:
+def answer_ranks(picks: np.ndarray, owners: int) -> np.ndarray:
     """For each pick, how many earlier picks went to the same owner (0 for its first)."""
+    if owners <= SMALL:  # a running count per owner: cheaper than sorting for a few owners
+        hits = picks[:, None] == np.arange(owners)
+        return np.cumsum(hits, axis=0)[np.arange(len(picks)), picks] - 1
     order = np.argsort(picks, kind="stable")
     sorted_picks = picks[order]
-    starts = np.flatnonzero(np.r_[True, sorted_picks[1:] != sorted_picks[:-1]])
-    counts = np.diff(np.r_[starts, len(picks)])
+    starts = np.flatnonzero(np.concatenate(([True], sorted_picks[1:] != sorted_picks[:-1])))
+    counts = np.diff(np.append(starts, len(picks)))
     rank = np.empty(len(picks), dtype=np.int64)
     rank[order] = np.arange(len(picks)) - np.repeat(starts, counts)
     return rank

@@ -142,14 +142,14 @@ RIGHT_DRAW, RIGHT_TAPE = replay_module.Noise._draw, schedule_module.ideal_tape
 RIGHT_OF, RIGHT_EVERY = replay_module.Answers.of, replay_module.Answers.every
 
 
-def shifted_noise(self, r, slot, answers):
+def shifted_noise(self, r, slot, count):
     """A wrong kernel: the j-th answer carries its owner's (j+1)-th draw (answer index off by one)."""
-    if self.drawn[r, slot] == 0 and len(answers):
+    if self.drawn[r, slot] == 0 and count:
         self.kinds[slot].standard(self.gens[r][slot], 1, self.dim)
-    return RIGHT_DRAW(self, r, slot, answers)
+    return RIGHT_DRAW(self, r, slot, count)
 
 
-def wrong_owner(self, slots, thetas):
+def wrong_owner(self, slots, thetas, gathered=None):
     """A wrong kernel: every answer comes from the next owner's data."""
     return RIGHT_OF(self, (slots + 1) % len(self.owners), thetas)
 
