@@ -76,7 +76,7 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], prepared: Prepared, marke
 
 def measured_at(points: np.ndarray, updates: int) -> list[int]:
     """The iterations the inline run records: every point reached, then the last update."""
-    ks = [int(k) for k in points if k <= updates]
+    ks = points[points <= updates].tolist()
     return ks if ks and ks[-1] == updates else [*ks, updates]
 
 
@@ -85,9 +85,9 @@ def measured_metrics(objective, replayed: Replayed, tapes: list[Tape],
     """Each replication's ψ series (k, time of update k, ψ of its model then), ψ in one batch."""
     psi = measure.psis(objective, replayed.models.reshape(-1, replayed.models.shape[-1]))
     psi = psi.reshape(replayed.models.shape[:2])
-    index = {k: i for i, k in enumerate(replayed.at)}
+    at = np.asarray(replayed.at)
     out = []
     for r, (tape, ks) in enumerate(zip(tapes, measured, strict=True)):
-        times = [0.0 if k == 0 else float(tape.time[k - 1]) for k in ks]
-        out.append(Metrics(list(ks), times, [float(psi[index[k], r]) for k in ks]))
+        times = np.concatenate(([0.0], tape.time))[ks]  # update k's time; 0 before the first
+        out.append(Metrics(list(ks), times.tolist(), psi[np.searchsorted(at, ks), r].tolist()))
     return out
