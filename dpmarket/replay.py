@@ -30,7 +30,7 @@ from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import clip_margins
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import noise_kind
-from dpmarket.schedule import Tape, answer_ranks
+from dpmarket.schedule import Tape, row_ranks
 
 BLOCK_VALUES = 1 << 21  # noise values held per block of updates (16 MiB), whatever T and R
 GROUP_VALUES = 1 << 22  # record-by-replication products held at once (logistic, hinge, clipping)
@@ -130,18 +130,19 @@ class Noise:
     def exchanges(self, tapes: list[Tape], k0: int, k1: int, slots: np.ndarray) -> Drawn:
         """The noise of updates k0+1…k1 of every asynchronous tape, whose owners are ``slots``
         (update-major, see :func:`_slots`): each replication's owners' next draws, in one pool."""
-        pools, rows, base = [], np.zeros(slots.shape, dtype=np.int64), 0
-        for r, tape in enumerate(tapes):
-            owners, answers = tape.owner[k0:k1], tape.answer[k0:k1]
-            within = answers - self.drawn[r, owners]  # the answer's index among this block's draws
-            if not np.array_equal(within, answer_ranks(owners, len(self.kinds))):
-                raise RuntimeError(f"replay: replication {r}'s answers are not each owner's next ones "
-                                   f"(updates {k0 + 1}…{k1}): the tape is out of order")
-            counts = np.bincount(owners, minlength=len(self.kinds))
-            pools.extend(self._draw(r, slot, int(c)) for slot, c in enumerate(counts.tolist()) if c)
-            start = base + np.concatenate(([0], np.cumsum(counts)[:-1]))  # each owner's first row
-            rows[:len(owners), r] = start[owners] + within
-            base += len(owners)
+        R, N = len(tapes), len(self.kinds)
+        valid = np.arange(k0, k1)[:, None] < np.array([t.updates for t in tapes])  # (B, R)
+        answers = _column(tapes, k0, k1, "answer")
+        within = answers - self.drawn[np.arange(R), slots]  # index among the block's draws of its owner
+        if not np.array_equal(within[valid], row_ranks(slots.T, N).T[valid]):
+            raise RuntimeError(f"replay: some answers of updates {k0 + 1}…{k1} are not their owner's next "
+                               "ones: the tape is out of order")
+        keys = (np.arange(R) * N + slots)[valid]
+        counts = np.bincount(keys, minlength=R * N)
+        pools = [self._draw(r, slot, c) for (r, slot), c in zip(np.ndindex(R, N), counts.tolist(),
+                                                                  strict=True) if c]
+        start = np.concatenate(([0], np.cumsum(counts)[:-1])).reshape(R, N)  # each (r, owner)'s first row
+        rows = np.where(valid, start[np.arange(R), slots] + within, 0)
         pool = np.concatenate(pools) if pools else np.zeros((1, self.dim))
         return Drawn(pool, rows, self.scale[slots])
 
@@ -187,29 +188,58 @@ class AsyncBatch:
         """θ_L of every replication."""
         return self.theta_L
 
-    def step(self, rows: np.ndarray | None, slots: np.ndarray, noise: np.ndarray, answers: Answers,
-             gathered: Gathered | None) -> None:
-        """Update k + 1 of the replications ``rows`` (None: all) with owners ``slots``, their answers'
-        noise and statistics (``gathered``), as :meth:`AsyncLearner.update` after the owner's answer."""
+    def block(self, slots: np.ndarray, noise: Drawn, answers: Answers) -> Block:
+        """What a block of updates of owners ``slots`` (update-major) needs, gathered once."""
+        return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
+
+    def step(self, rows: np.ndarray | None, u: Step, answers: Answers) -> None:
+        """Update k + 1 of the replications ``rows`` (None: all) with the owners, noise and statistics
+        of ``u``, as :meth:`AsyncLearner.update` computes it after the owner's answer."""
         c = self.c
         self.k += 1
-        flat = slots + (self.offsets if rows is None else c.N * rows)  # rows of ``copies``
         theta_L = self.theta_L if rows is None else self.theta_L[rows]
-        theta_bar = 0.5 * (theta_L + np.take(self.copies, flat, axis=0))
-        answer = answers.of(slots, theta_bar, gathered) + noise
+        theta_bar = 0.5 * (theta_L + np.take(self.copies, u.flat, axis=0))
+        answer = answers.of(u.slots, theta_bar, u.gathered) + u.noise
         grad_g = (2.0 * c.lam) * theta_bar
-        weight = np.take(self.share, slots)
+        weight = u.share
         if c.weighting != "none":
             counts = self.counts.reshape(-1)
-            counts[flat] += 1
-            weight = weight * (1.0 / (c.N * ((counts[flat] + 1.0) / (self.k + c.N))))
+            counts[u.flat] += 1
+            weight = weight * (1.0 / (c.N * ((counts[u.flat] + 1.0) / (self.k + c.N))))
         step_i = theta_bar - c.step_owner * (grad_g / (2 * c.N) + weight[:, None] * answer)
-        self.copies[flat] = _project(step_i, c.theta_max)
+        self.copies[u.flat] = _project(step_i, c.theta_max)
         central = _project(theta_bar - c.step_central * grad_g, c.theta_max)
         if rows is None:
             self.theta_L = central
         else:
             self.theta_L[rows] = central
+
+
+@dataclass(frozen=True)
+class Step:
+    """One update of some replications: owners' slots, their rows among the copies, their shares
+    n_i/n, their statistics (squared loss) and their answers' noise."""
+
+    slots: np.ndarray
+    flat: np.ndarray
+    share: np.ndarray
+    gathered: Gathered | None
+    noise: np.ndarray
+
+
+@dataclass(frozen=True)
+class Block:
+    """A block of updates (update-major arrays), from which each update's :class:`Step` is cut."""
+
+    slots: np.ndarray
+    flat: np.ndarray
+    share: np.ndarray
+    gathered: Gathered | None
+    noise: Drawn
+
+    def __getitem__(self, at) -> Step:
+        gathered = None if self.gathered is None else self.gathered[at]
+        return Step(self.slots[at], self.flat[at], self.share[at], gathered, self.noise[at])
 
 
 class SyncBatch:
@@ -281,26 +311,27 @@ def _replay_block(batch, tapes: list[Tape], noise: Noise, answers: Answers, ends
     asynchronous = isinstance(batch, AsyncBatch)
     if asynchronous:
         slots = _slots(tapes, k0, k1)
-        table, gathered = noise.exchanges(tapes, k0, k1, slots), answers.gather(slots)
+        table = batch.block(slots, noise.exchanges(tapes, k0, k1, slots), answers)
     else:
         table = noise.rounds(tapes, k0, k1)
     shortest = int(ends.min())
     for step in range(k1 - k0):
         k = k0 + step + 1
         rows = None if shortest >= k else np.flatnonzero(ends >= k)
-        at = step if rows is None else (step, rows)
-        if asynchronous:
-            batch.step(rows, slots[at], table[at], answers, None if gathered is None else gathered[at])
-        else:
-            batch.step(rows, table[at], answers)
+        batch.step(rows, table[step if rows is None else (step, rows)], answers)
         if k in index:
             models[index[k]] = batch.model
 
 
 def _slots(tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
     """(k1 − k0, R): the owner of each update of each tape (0 past its end, never applied)."""
+    return _column(tapes, k0, k1, "owner")
+
+
+def _column(tapes: list[Tape], k0: int, k1: int, name: str) -> np.ndarray:
+    """(k1 − k0, R): a column of every tape (owner or answer) for updates k0+1…k1, 0 past its end."""
     out = np.zeros((k1 - k0, len(tapes)), dtype=np.int64)
     for r, tape in enumerate(tapes):
-        part = tape.owner[k0:k1]
+        part = getattr(tape, name)[k0:k1]
         out[:len(part), r] = part
     return out

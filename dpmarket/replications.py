@@ -19,12 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import measure
-from dpmarket import rng as streams
 from dpmarket.owners import DataOwner
 from dpmarket.replay import Replayed, replay
 from dpmarket.run import Prepared, build_owners, ideal_rates, member_view
 from dpmarket.scenario import Scenario
-from dpmarket.schedule import Tape, capacities, ideal_tape
+from dpmarket.schedule import Tape, capacities, ideal_tapes
 from dpmarket.stepsize import StepSize, resolve_step
 from dpmarket.training import Metrics, make_learner, record_points
 
@@ -65,8 +64,7 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], prepared: Prepared, marke
                            m.theta_max, lr.theta_l_step, lr.weighting)
     view = member_view(scenario, [o.index for o in owners], consortium.names)
     rates, capacity = ideal_rates(view, len(owners)), capacities(owners)
-    tapes = [ideal_tape(lr.algorithm, capacity, lr.iterations, streams.stream(seed, "selection"),
-                        streams.stream(seed, "clocks"), rates) for seed in seeds]
+    tapes = ideal_tapes(lr.algorithm, capacity, lr.iterations, seeds, rates)
     points = record_points(lr.iterations, scenario.output.metric_points)
     measured = [measured_at(points, tape.updates) for tape in tapes]
     replayed = replay(learner, owners, tapes, seeds, capacity, sorted(set().union(*measured)))

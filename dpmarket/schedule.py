@@ -17,10 +17,12 @@ event log, paying every answer from the owners' ledgers as it goes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from dpmarket import rng as streams
 from dpmarket.events import EventLog
 from dpmarket.owners import DataOwner
 from dpmarket.training import Superposition
@@ -85,6 +87,35 @@ def ideal_tape(algorithm: str, capacity: np.ndarray, iterations: int, selection:
         total = float(len(capacity)) if rates is None else float(np.sum(rates))
         return rounds_tape(capacity, iterations, clocks, total)
     return exchanges_tape(capacity, iterations, selection, clocks, rates)
+
+
+def ideal_tapes(algorithm: str, capacity: np.ndarray, iterations: int, seeds: Sequence[int],
+                rates: np.ndarray | None) -> list[Tape]:
+    """The tape of each replication seed (its ``selection`` and ``clocks`` streams), each equal to
+    :func:`ideal_tape`'s. Asynchronous tapes are drawn together: every replication's T picks, their
+    answer indices in one sort and their times in one cumulative sum; a replication in which some
+    owner would be asked beyond its ledger is redrawn alone by :func:`exchanges_tape`."""
+    clocks = [streams.stream(seed, "clocks") for seed in seeds]
+    if algorithm != "async":
+        total = float(len(capacity)) if rates is None else float(np.sum(rates))
+        return [rounds_tape(capacity, iterations, c, total) for c in clocks]
+    selections = [streams.stream(seed, "selection") for seed in seeds]
+    clock = Superposition(len(capacity), rates)
+    states = [s.bit_generator.state for s in selections]
+    picks = np.array([_picks(clock, s, iterations) for s in selections]).reshape(len(seeds), iterations)
+    ranks = row_ranks(picks, len(capacity))
+    refused = np.any(ranks >= capacity[picks], axis=1)
+    waits = np.array([c.standard_exponential(iterations) for c, r in zip(clocks, refused, strict=True)
+                      if not r]).reshape(-1, iterations)
+    times = iter(np.cumsum(waits * clock.mean_wait, axis=1))  # exponential(mean wait), tick after tick
+    tapes = []
+    for r, state in enumerate(states):
+        if refused[r]:
+            selections[r].bit_generator.state = state
+            tapes.append(exchanges_tape(capacity, iterations, selections[r], clocks[r], rates))
+        else:
+            tapes.append(Tape(picks[r], next(times), ranks[r], (), "iterations", False))
+    return tapes
 
 
 def rounds_tape(capacity: np.ndarray, iterations: int, clocks: np.random.Generator, total: float) -> Tape:
@@ -178,6 +209,12 @@ def answer_ranks(picks: np.ndarray, owners: int) -> np.ndarray:
     rank = np.empty(len(picks), dtype=np.int64)
     rank[order] = np.arange(len(picks)) - np.repeat(starts, counts)
     return rank
+
+
+def row_ranks(picks: np.ndarray, owners: int) -> np.ndarray:
+    """:func:`answer_ranks` of each row of ``picks`` (R, T), in one sort."""
+    keys = np.arange(picks.shape[0])[:, None] * owners + picks
+    return answer_ranks(keys.ravel(), picks.shape[0] * owners).reshape(picks.shape)
 
 
 def _joined(parts: list[np.ndarray]) -> np.ndarray:

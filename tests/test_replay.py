@@ -138,7 +138,7 @@ def test_replay_gives_the_inline_runs(case, tmp_path):
     assert mismatches(case, tmp_path) == []
 
 
-RIGHT_DRAW, RIGHT_TAPE = replay_module.Noise._draw, schedule_module.ideal_tape
+RIGHT_DRAW, RIGHT_TAPES = replay_module.Noise._draw, schedule_module.ideal_tapes
 RIGHT_OF, RIGHT_EVERY = replay_module.Answers.of, replay_module.Answers.every
 
 
@@ -163,9 +163,12 @@ def wrong_every(self, thetas):
 
 def late_times(*args, **kwargs):
     """A wrong schedule: every exchange stamped with the previous tick's time."""
-    tape = RIGHT_TAPE(*args, **kwargs)
-    time = np.r_[0.0, tape.time[:-1]] if len(tape.time) else tape.time
-    return schedule_module.Tape(tape.owner, time, tape.answer, tape.leaves, tape.stop_reason, tape.rounds)
+    late = []
+    for tape in RIGHT_TAPES(*args, **kwargs):
+        time = np.r_[0.0, tape.time[:-1]] if len(tape.time) else tape.time
+        late.append(schedule_module.Tape(tape.owner, time, tape.answer, tape.leaves, tape.stop_reason,
+                                         tape.rounds))
+    return late
 
 
 @pytest.mark.parametrize("case", list(CASES))
@@ -179,7 +182,7 @@ def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monk
     monkeypatch.setattr(replay_module.Answers, "every", wrong_every)
     assert any("θ differs" in m for m in mismatches(case, tmp_path / "owner"))
     monkeypatch.undo()
-    monkeypatch.setattr("dpmarket.replications.ideal_tape", late_times)
+    monkeypatch.setattr("dpmarket.replications.ideal_tapes", late_times)
     found = mismatches(case, tmp_path / "time")
     assert any("events.csv" in m for m in found) and any("times differ" in m for m in found)
 
