@@ -19,9 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import measure
+from dpmarket.data import Consortium
+from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
 from dpmarket.replay import Replayed, replay
-from dpmarket.run import Prepared, build_owners, ideal_rates, member_view
+from dpmarket.run import build_owners, ideal_rates, member_view
 from dpmarket.scenario import Scenario
 from dpmarket.schedule import Tape, capacities, ideal_tapes
 from dpmarket.stepsize import StepSize, resolve_step
@@ -49,13 +51,13 @@ class Cell:
         return len(self.tapes[r].leaves)
 
 
-def run_cell(scenario: Scenario, seeds: Sequence[int], prepared: Prepared, market=None) -> Cell:
-    """Every replication ``seeds`` of ``scenario`` (ideal network) with the data ``prepared`` and the
-    settled ``market`` (required with a [market] section, as the experiment's tasks settle it)."""
-    consortium, objective = prepared.consortium, prepared.objective
-    members = epsilons = None
-    if scenario.market is not None:
-        members, epsilons = market.outcome.members, market.outcome.epsilon
+def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
+             members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
+             series: bool = True) -> Cell:
+    """Every replication ``seeds`` of ``scenario`` (ideal network) on the owners' data ``consortium``
+    and ``objective``, with the participants ``members`` at ``epsilons`` (default: everyone at the
+    scenario's budgets), as :func:`dpmarket.run.train` runs each. ``series`` false measures ψ only
+    at the last update (what pilots and policy comparisons keep)."""
     owners = build_owners(scenario, consortium, objective, members, epsilons)
     lr, m = scenario.learner, scenario.model
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
@@ -65,11 +67,18 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], prepared: Prepared, marke
     view = member_view(scenario, [o.index for o in owners], consortium.names)
     rates, capacity = ideal_rates(view, len(owners)), capacities(owners)
     tapes = ideal_tapes(lr.algorithm, capacity, lr.iterations, seeds, rates)
-    points = record_points(lr.iterations, scenario.output.metric_points)
+    points = record_points(lr.iterations, scenario.output.metric_points) if series else np.zeros(0, int)
     measured = [measured_at(points, tape.updates) for tape in tapes]
     replayed = replay(learner, owners, tapes, seeds, capacity, sorted(set().union(*measured)))
     metrics = measured_metrics(objective, replayed, tapes, measured)
     return Cell(owners, step, list(seeds), tapes, metrics, replayed)
+
+
+def final_psis(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
+               members: np.ndarray | None = None, epsilons: np.ndarray | None = None) -> list[float]:
+    """ψ at the end of each replication ``seeds`` (:func:`run_cell` measuring only there)."""
+    cell = run_cell(scenario, seeds, consortium, objective, members, epsilons, series=False)
+    return [m.psi[-1] for m in cell.metrics]
 
 
 def measured_at(points: np.ndarray, updates: int) -> list[int]:

@@ -111,7 +111,7 @@ def mismatches(case: str, tmp_path: Path) -> list[str]:
     """Where the replay of ``SEEDS`` differs from the inline runs (empty when they agree)."""
     tmp_path.mkdir(exist_ok=True)
     scenario, prepared, market = setup(case)
-    cell = run_cell(scenario, SEEDS, prepared, market)
+    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market))
     index = {k: i for i, k in enumerate(cell.replayed.at)}
     found = []
     for r, seed in enumerate(SEEDS):
@@ -192,7 +192,7 @@ def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monk
 
 def test_the_replay_refuses_a_tape_with_an_answer_beyond_a_ledger_or_out_of_order():
     scenario, prepared, _ = setup("squared_all_exhausted")  # m_i = 5 answers, then every owner leaves
-    cell = run_cell(scenario, SEEDS[:1], prepared)
+    cell = run_cell(scenario, SEEDS[:1], prepared.consortium, prepared.objective)
     tape = cell.tapes[0]
     assert tape.answers_per_owner(3).tolist() == [5, 5, 5] == capacities(cell.owners).tolist()
     learner = cell.replayed.batch.c
@@ -237,7 +237,7 @@ def test_random_schedules_replay_as_the_inline_runs(table):
     seed = table.pop("seed")
     scenario = pin_data_seed(tiny(**table))
     prepared = prepare(scenario)
-    cell = run_cell(scenario, (seed,), prepared)
+    cell = run_cell(scenario, (seed,), prepared.consortium, prepared.objective)
     tape = cell.tapes[0]
     assert np.all(tape.answers_per_owner(len(cell.owners)) <= capacities(cell.owners))
     with tempfile.TemporaryDirectory() as tmp:
@@ -281,3 +281,27 @@ def test_experiments_are_byte_identical_replayed_or_simulated(kind, tmp_path, mo
     monkeypatch.setattr(replay_module.Noise, "_draw", shifted_noise)
     run(plan, tmp_path / "wrong", study.Execution("serial"))
     assert experiment_files(tmp_path / "wrong") != inline
+
+
+def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_path, monkeypatch):
+    """The forecast's pilots (each budget and subset's replications one cell) and the policies' runs of
+    ``market`` give, replayed, the numbers of the runs exchange by exchange; a wrong kernel does not."""
+    from dpmarket.market import compare
+
+    base = tiny(data={"owners": 4, "records": 400}, owners=[{"cost_coef": c} for c in (0.05, 0.5, 10.0, 0.2)],
+                market={**MARKET, "budget": 5.0, "forecast": "law",
+                        "pilots": {"levels": 3, "subsets": 2, "replications": 3}})
+
+    def outcome(name: str):
+        c = compare.compare(base, ["posted_price", "procurement"], replications=4, cache=tmp_path / name)
+        return c.forecast, [r.psi.tolist() for r in c.results]
+
+    replayed = outcome("replayed")
+    monkeypatch.setattr("dpmarket.replications.replayable", lambda scenario: False)  # the pilots'
+    monkeypatch.setattr("dpmarket.market.simulate.replayable", lambda scenario: False)  # the policies'
+    monkeypatch.setattr("dpmarket.replications.replay", None)  # the inline path must not reach the kernel
+    inline = outcome("inline")
+    monkeypatch.undo()
+    assert replayed == inline and [len(p) for p in replayed[1]] == [4, 4]
+    monkeypatch.setattr(replay_module.Noise, "_draw", shifted_noise)
+    assert outcome("wrong") != inline

@@ -124,7 +124,8 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
 
 def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None) -> list[dict]:
     """Every replication of ``task`` in the ideal network through schedule → replay → measure."""
-    cell = run_cell(task.scenario, task.seeds, prepared, market)
+    deal = (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
+    cell = run_cell(task.scenario, task.seeds, prepared.consortium, prepared.objective, *deal)
     psi_zero = float(prepared.objective.psi(np.zeros(prepared.objective.p)))
     roster = Roster(len(prepared.consortium.names), tuple(o.index for o in cell.owners))
     owners = owner_record(prepared, roster, cell.owners, market is not None)
