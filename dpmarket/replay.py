@@ -30,7 +30,7 @@ from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import clip_margins
 from dpmarket.owners import DataOwner
 from dpmarket.privacy import noise_kind
-from dpmarket.schedule import Tape, row_ranks
+from dpmarket.schedule import Tape
 
 BLOCK_VALUES = 1 << 21  # noise values held per block of updates (16 MiB), whatever T and R
 GROUP_VALUES = 1 << 22  # record-by-replication products held at once (logistic, hinge, clipping)
@@ -129,22 +129,36 @@ class Noise:
 
     def exchanges(self, tapes: list[Tape], k0: int, k1: int, slots: np.ndarray) -> Drawn:
         """The noise of updates k0+1…k1 of every asynchronous tape, whose owners are ``slots``
-        (update-major, see :func:`_slots`): each replication's owners' next draws, in one pool."""
+        (update-major, see :func:`_slots`): each replication's owners' draws up to the last answer
+        applied, in one pool. An answer index may skip draws (in a network, an answer that was
+        lost had its draw and its ε spent), but never goes back to a draw already used."""
         R, N = len(tapes), len(self.kinds)
         valid = np.arange(k0, k1)[:, None] < np.array([t.updates for t in tapes])  # (B, R)
         answers = _column(tapes, k0, k1, "answer")
-        within = answers - self.drawn[np.arange(R), slots]  # index among the block's draws of its owner
-        if not np.array_equal(within[valid], row_ranks(slots.T, N).T[valid]):
-            raise RuntimeError(f"replay: some answers of updates {k0 + 1}…{k1} are not their owner's next "
-                               "ones: the tape is out of order")
-        keys = (np.arange(R) * N + slots)[valid]
-        counts = np.bincount(keys, minlength=R * N)
+        keys = np.arange(R) * N + slots  # (replication, owner) of each answer
+        before = self.drawn.reshape(-1).copy()
+        self._check_order(keys.T[valid.T], answers.T[valid.T], before, k0, k1)
+        need = before.copy()
+        np.maximum.at(need, keys[valid], answers[valid] + 1)
+        counts = need - before
         pools = [self._draw(r, slot, c) for (r, slot), c in zip(np.ndindex(R, N), counts.tolist(),
                                                                   strict=True) if c]
-        start = np.concatenate(([0], np.cumsum(counts)[:-1])).reshape(R, N)  # each (r, owner)'s first row
-        rows = np.where(valid, start[np.arange(R), slots] + within, 0)
+        start = np.concatenate(([0], np.cumsum(counts)[:-1]))  # each (replication, owner)'s first row
+        rows = np.where(valid, start[keys] + answers - before[keys], 0)
         pool = np.concatenate(pools) if pools else np.zeros((1, self.dim))
         return Drawn(pool, rows, self.scale[slots])
+
+    @staticmethod
+    def _check_order(keys: np.ndarray, answers: np.ndarray, drawn: np.ndarray, k0: int, k1: int) -> None:
+        """Each owner's answers (``keys``: replication and owner, in update order) must use draws in
+        increasing order, none of them already used (``drawn``: draws used before the block)."""
+        order = np.argsort(keys, kind="stable")
+        k, a = keys[order], answers[order]
+        first = np.concatenate(([True], k[1:] != k[:-1]))
+        previous = np.where(first, drawn[k] - 1, np.concatenate(([-1], a[:-1])))
+        if np.any(a <= previous):
+            raise RuntimeError(f"replay: some answers of updates {k0 + 1}…{k1} reuse or go back to an "
+                               "owner's earlier noise draw: the tape is out of order")
 
     def rounds(self, tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
         """(k1 − k0, R, N, p): every owner's noise for rounds k0+1…k1 (zeros past a tape's end)."""
