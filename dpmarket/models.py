@@ -235,6 +235,11 @@ class Objective:
         self._theta_star: np.ndarray | None = None  # solved on first use (see optimum)
 
     @property
+    def pooled(self) -> SquaredStats | None:
+        """Everyone's sufficient statistics summed (squared loss), which f is evaluated from; else None."""
+        return self._total
+
+    @property
     def sigma(self) -> float:
         """Strong-convexity constant of g(θ) = λθᵀθ."""
         return 2.0 * self.lam

@@ -93,6 +93,11 @@ class DataOwner:
         return answer
 
     @property
+    def answers_left(self) -> int:
+        """How many more answers the ledger can pay: a schedule may ask no more of this owner."""
+        return self.ledger.remaining(self.charge)
+
+    @property
     def exhausted(self) -> bool:
         """Whether the next query would be refused."""
         return not self.ledger.can_pay(self.charge)

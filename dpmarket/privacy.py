@@ -138,10 +138,16 @@ class LaplaceNoise:
         self._buf = np.empty((0, dim))
         self._pos = 0
 
+    @staticmethod
+    def standard(rng: np.random.Generator, rows: int, dim: int) -> np.ndarray:
+        """The next ``rows`` standard draws (scale 1) of ``rng``: row j is the j-th answer's, before
+        scaling, whatever the blocks (the batched replay draws an owner's rows in one call)."""
+        return rng.laplace(0.0, 1.0, size=(rows, dim))
+
     def draw(self) -> np.ndarray:
         """One noise vector w with i.i.d. Laplace(0, scale) coordinates."""
         if self._pos == len(self._buf):
-            self._buf = self.rng.laplace(0.0, 1.0, size=(self.block, self.dim))
+            self._buf = self.standard(self.rng, self.block, self.dim)
             self._pos = 0
         w = self._buf[self._pos] * self.scale
         self._pos += 1
@@ -151,21 +157,21 @@ class LaplaceNoise:
 class GaussianNoise(LaplaceNoise):
     """Independent N(0, σ²) noise (σ = ``scale``) for one owner's answers, drawn in blocks."""
 
-    def draw(self) -> np.ndarray:
-        """One noise vector w with i.i.d. N(0, scale²) coordinates."""
-        if self._pos == len(self._buf):
-            self._buf = self.rng.standard_normal(size=(self.block, self.dim))
-            self._pos = 0
-        w = self._buf[self._pos] * self.scale
-        self._pos += 1
-        return w
+    @staticmethod
+    def standard(rng: np.random.Generator, rows: int, dim: int) -> np.ndarray:
+        """The next ``rows`` standard normal draws of ``rng`` (row j: the j-th answer's)."""
+        return rng.standard_normal(size=(rows, dim))
+
+
+def noise_kind(mechanism: str) -> type[LaplaceNoise]:
+    """The noise sampler class of ``mechanism``."""
+    return LaplaceNoise if mechanism == "laplace" else GaussianNoise
 
 
 def make_noise(mechanism: str, rng: np.random.Generator, scale: float, dim: int,
                block: int = 256) -> LaplaceNoise:
     """The noise sampler of ``mechanism`` (the scale is its Laplace b or Gaussian σ)."""
-    kind = LaplaceNoise if mechanism == "laplace" else GaussianNoise
-    return kind(rng, scale, dim, block)
+    return noise_kind(mechanism)(rng, scale, dim, block)
 
 
 class ComposedLedger:
@@ -193,6 +199,10 @@ class ComposedLedger:
     def can_pay(self, charge: int = 1) -> bool:
         """Whether one more answer fits under the cap (``charge`` is always one answer)."""
         return self.answers < self.cap
+
+    def remaining(self, charge: int = 1) -> int:
+        """How many more answers fit under the cap."""
+        return self.cap - self.answers
 
     def try_pay(self, charge: int = 1) -> bool:
         """Record one answer if it fits; False (nothing recorded) at the cap."""
@@ -257,6 +267,12 @@ class Accountant:
         if charge is self._charge and self._fits is not None:  # the usual repeated charge
             return self._fits > 0
         return self._fitting(charge) > 0
+
+    def remaining(self, charge: Fraction) -> int:
+        """How many more answers costing ``charge`` fit in what is left of the budget, exactly."""
+        if charge is self._charge and self._fits is not None:
+            return self._fits
+        return self._fitting(charge)
 
     def pay(self, charge: Fraction) -> None:
         """Record one answer costing ``charge``; raises BudgetExhaustedError if it would not fit."""

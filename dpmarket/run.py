@@ -340,11 +340,17 @@ def simulate(scenario: Scenario, training: Training, names: list[str]) -> Networ
         from dpmarket.sim import run_network  # deferred: SimPy is needed only here
 
         return run_network(scenario, training, names)
-    rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(len(names))])
     training.stop_reason = run_uniform(
         training, scenario.learner.iterations, streams.stream(scenario.seed, "selection"),
-        streams.stream(scenario.seed, "clocks"), None if np.all(rates == rates[0]) else rates)
+        streams.stream(scenario.seed, "clocks"), ideal_rates(scenario, len(names)))
     return None
+
+
+def ideal_rates(scenario: Scenario, owners: int) -> np.ndarray | None:
+    """The clock rates of the ideal network's ``owners`` participants (numbered as in ``scenario``,
+    a member view), or None when they are all equal (the ticking owner is then one integer draw)."""
+    rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(owners)])
+    return None if np.all(rates == rates[0]) else rates
 
 
 def step_curvature(learner: AsyncLearner, objective: Objective,

@@ -260,6 +260,8 @@ intercept = true
 [learner]
 iterations = 1500
 rho = 3.0
+[network]
+mode = "request"  # per-exchange simulation: slow enough to interrupt (the ideal network is replayed)
 [output]
 metric_points = 5
 plots = false
@@ -290,7 +292,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
                           timeout=120)
     assert done.returncode == 0, done.stderr
     clean = make_plan("sweep", tiny(name="slowish", seed=9, learner={"iterations": 1500},
-                                    output={"metric_points": 5, "plots": False}),
+                                    network={"mode": "request"}, output={"metric_points": 5, "plots": False}),
                       ["privacy.epsilon=1,10"], 64, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")

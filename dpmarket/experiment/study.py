@@ -24,10 +24,12 @@ from dpmarket.experiment.executors import default_workers, run_tasks
 from dpmarket.experiment.grid import Axis, Cell, parse_grid, resolve_cells
 from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
 from dpmarket.experiment.task import Task
+from dpmarket.replications import replayable
 from dpmarket.results import _write_csv
 from dpmarket.scenario import Scenario
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
+BATCH_UPDATES = 20_000_000  # replication-updates per replayed task: a few seconds, so Ctrl-C waits little
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,24 @@ def chunk_size(todo: int, workers: int) -> int:
     return max(1, min(MAX_CHUNK, math.ceil(todo / (4 * max(1, workers)))))
 
 
+def batch_size(todo: int, workers: int, cells: int, iterations: int) -> int:
+    """Replications per task when a cell's replications are replayed together (ideal network): the
+    more per task the cheaper each (one kernel pass serves them all), so a cell is split only to
+    give every worker work, and at most :data:`BATCH_UPDATES` replication-updates go in one task."""
+    pieces = math.ceil(max(1, workers) / max(1, cells))
+    return max(1, min(math.ceil(todo / pieces), BATCH_UPDATES // max(1, iterations)))
+
+
 def pending_tasks(plan: Plan, store: Store, workers: int, keep_metrics: bool) -> tuple[list[Task], int]:
     """Tasks for the replications not saved yet, in cell order, and how many were already done."""
     todo: list[list[int]] = []
     for cell in plan.cells:
         todo.append([r for r, s in enumerate(plan.seeds) if store.load(cell.index, r, s) is None])
-    size = chunk_size(sum(map(len, todo)), workers)
+    inline = chunk_size(sum(map(len, todo)), workers)
     tasks = []
     for cell, reps in zip(plan.cells, todo, strict=True):
+        size = (batch_size(len(reps), workers, len(plan.cells), cell.scenario.learner.iterations)
+                if replayable(cell.scenario) else inline)
         for start in range(0, len(reps), size):
             part = tuple(reps[start:start + size])
             tasks.append(Task(cell.index, cell.scenario, part,

@@ -15,6 +15,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from dpmarket.replications import replayable, run_cell
+from dpmarket.roster import Roster
 from dpmarket.run import Prepared, execute, prepare
 from dpmarket.scenario import Scenario
 
@@ -85,7 +89,9 @@ def run_task(task: Task) -> list[dict]:
 
     A cell with a [market] negotiates once, under the cell's own seed, as ``run`` and the
     ``market`` command do: its replications train on that one deal (the same participants and
-    budgets) and vary only the run's randomness, so the cell has one owner table.
+    budgets) and vary only the run's randomness, so the cell has one owner table. In the ideal
+    network the replications are scheduled, replayed together and measured in one batch
+    (:mod:`dpmarket.replications`), with the records the inline runs give.
     """
     prepared = prepared_for(task.scenario)
     market = None
@@ -93,6 +99,8 @@ def run_task(task: Task) -> list[dict]:
         from dpmarket.market.stage import settle_market  # deferred: only market cells need it
 
         market = settle_market(task.scenario, prepared)
+    if replayable(task.scenario):
+        return replayed_records(task, prepared, market)
     return [replicate(task, r, seed, prepared, market)
             for r, seed in zip(task.replications, task.seeds, strict=True)]
 
@@ -106,21 +114,46 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
     """
     result = execute(task.scenario.model_copy(update={"seed": seed}), prepared=prepared, market=market)
     counts, m = result.training.log.counts, result.training.metrics
-    record = {
-        "cell": task.cell, "replication": replication, "seed": seed,
-        "psi_final": float(result.psi_final), "psi_zero": float(result.psi_zero),
-        "iterations": int(result.training.k),
-        "stop_reason": result.stop_reason, "collisions": counts["collision"],
-        "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
-        "simulated_time": float(result.training.time),
-        "owners": {"name": list(result.consortium.names),
-                   "records": [int(n) for n in result.consortium.sizes],
-                   "epsilon": result.roster.spread([float(o.epsilon) for o in result.owners], 0.0),
-                   "own_psi": [float(v) for v in result.own_psi]},
-    }
-    if result.market is not None:
-        record["owners"]["participates"] = result.roster.participates.tolist()
+    run = {"psi_final": float(result.psi_final), "psi_zero": float(result.psi_zero),
+           "iterations": int(result.training.k), "stop_reason": result.stop_reason,
+           "collisions": counts["collision"], "dropouts": counts["dropout"], "losses": counts["loss"],
+           "refusals": counts["refusal"], "simulated_time": float(result.training.time)}
+    owners = owner_record(prepared, result.roster, result.owners, result.market is not None)
+    return make_record(task, replication, seed, run, owners, m)
+
+
+def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None) -> list[dict]:
+    """Every replication of ``task`` in the ideal network through schedule → replay → measure."""
+    deal = (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
+    cell = run_cell(task.scenario, task.seeds, prepared.consortium, prepared.objective, *deal)
+    psi_zero = float(prepared.objective.psi(np.zeros(prepared.objective.p)))
+    roster = Roster(len(prepared.consortium.names), tuple(o.index for o in cell.owners))
+    owners = owner_record(prepared, roster, cell.owners, market is not None)
+    records = []
+    for r, (replication, seed) in enumerate(zip(task.replications, task.seeds, strict=True)):
+        tape, m = cell.tapes[r], cell.metrics[r]
+        run = {"psi_final": float(m.psi[-1]), "psi_zero": psi_zero, "iterations": tape.updates,
+               "stop_reason": tape.stop_reason, "collisions": 0, "dropouts": 0, "losses": 0,
+               "refusals": cell.refusals(r), "simulated_time": tape.end_time}
+        records.append(make_record(task, replication, seed, run, owners, m))
+    return records
+
+
+def owner_record(prepared: Prepared, roster: Roster, owners: list, market: bool) -> dict:
+    """The owner lists of a record, over every owner of the scenario."""
+    consortium = prepared.consortium
+    record = {"name": list(consortium.names), "records": [int(n) for n in consortium.sizes],
+              "epsilon": roster.spread([float(o.epsilon) for o in owners], 0.0),
+              "own_psi": [float(v) for v in prepared.own_psi]}
+    if market:
+        record["participates"] = roster.participates.tolist()
+    return record
+
+
+def make_record(task: Task, replication: int, seed: int, run: dict, owners: dict, metrics) -> dict:
+    """One replication's JSON-ready record: identity, the run's figures, owners, metrics if kept."""
+    record = {"cell": task.cell, "replication": replication, "seed": seed, **run, "owners": owners}
     if task.keep_metrics:
-        record["metrics"] = {"k": [int(k) for k in m.k], "time": [float(t) for t in m.time],
-                             "psi": [float(p) for p in m.psi]}
+        record["metrics"] = {"k": [int(k) for k in metrics.k], "time": [float(t) for t in metrics.time],
+                             "psi": [float(p) for p in metrics.psi]}
     return record

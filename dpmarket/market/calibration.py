@@ -119,7 +119,8 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
     The data seed is pinned: a pilot's seed changes its clocks and noise, never the proxy or ρ.
     """
-    from dpmarket.run import train  # deferred: the market layer is imported by run
+    from dpmarket.replications import final_psis, replayable  # deferred: run imports the market layer
+    from dpmarket.run import train
 
     with progress.phase("forecast: the pilots' data"):
         data, target, label = pilot_data(scenario, consortium, objective)
@@ -129,17 +130,32 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     groups: dict[tuple, list[float]] = {}
     plan = pilot_plan(scenario, N)
     with progress.phase("forecast: pilot runs", total=len(plan), unit="run") as step:
-        for pilot in plan:
-            run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
-                        np.full(N, pilot.epsilon))
-            groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(run.training.metrics.psi[-1])
-            step.update()
+        if replayable(pinned):  # each budget and subset's replications replayed together
+            for (members, epsilon), seeds in _by_group(plan).items():
+                groups[members, epsilon] = final_psis(pinned, seeds, data, target, np.array(members),
+                                                      np.full(N, epsilon))
+                step.update(len(seeds))
+        else:
+            for pilot in plan:
+                run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
+                            np.full(N, pilot.epsilon))
+                groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(
+                    run.training.metrics.psi[-1])
+                step.update()
     masks = np.zeros((len(groups), N), bool)
     for k, (members, _) in enumerate(groups):
         masks[k, list(members)] = True
     psi = np.array([np.mean(v) for v in groups.values()])
     return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
                      target.psi(np.zeros(target.p)))
+
+
+def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
+    """The pilots' seeds per (members, ε), in the plan's order: each group is one cell of replications."""
+    groups: dict[tuple, list[int]] = {}
+    for pilot in plan:
+        groups.setdefault((tuple(int(i) for i in pilot.members), pilot.epsilon), []).append(pilot.seed)
+    return groups
 
 
 def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:

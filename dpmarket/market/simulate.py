@@ -19,6 +19,7 @@ import numpy as np
 from dpmarket import processes
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
+from dpmarket.replications import replayable
 
 Job = tuple[np.ndarray, np.ndarray, int]  # participants (indices), ε of every owner, run seed
 _SHARED: tuple | None = None  # (scenario, consortium, objective) in a worker
@@ -30,6 +31,8 @@ def final_psi(scenario, consortium, objective, jobs: list[Job], workers: int = 1
     ``progress`` counts the runs."""
     shared = (scenario, consortium, objective)
     with progress_of(progress).phase("training the policies' runs", total=len(jobs), unit="run") as bar:
+        if replayable(scenario):  # each policy's replications replayed together, here
+            return _replayed(shared, jobs, bar)
         if workers <= 1 or len(jobs) <= 1:
             out = []
             for job in jobs:
@@ -37,6 +40,31 @@ def final_psi(scenario, consortium, objective, jobs: list[Job], workers: int = 1
                 bar.update()
             return out
         return _on_pool(shared, jobs, workers, bar)
+
+
+def _replayed(shared: tuple, jobs: list[Job], bar) -> list[float]:
+    """The runs of ``jobs`` through schedule → replay → measure: consecutive jobs of one deal (members
+    and ε) form a cell whose seeds are replayed together; ψ comes back in the jobs' order."""
+    from dpmarket.replications import final_psis
+
+    scenario, consortium, objective = shared
+    out: list[float] = []
+    start = 0
+    while start < len(jobs):
+        members, epsilons, _ = jobs[start]
+        end = start + 1
+        while end < len(jobs) and _same_deal(jobs[end], jobs[start]):
+            end += 1
+        seeds = [seed for _, _, seed in jobs[start:end]]
+        out.extend(final_psis(scenario, seeds, consortium, objective, members, epsilons))
+        bar.update(end - start)
+        start = end
+    return out
+
+
+def _same_deal(a: Job, b: Job) -> bool:
+    """Whether two jobs train the same participants at the same budgets."""
+    return np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
 
 
 def _train(shared: tuple, job: Job) -> float:

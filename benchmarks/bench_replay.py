@@ -1,0 +1,231 @@
+"""Replay benchmark: replicated ideal-network runs against a bare numpy loop of Algorithm 1, the
+papers' grid end to end against the same grid simulated exchange by exchange, ny_hospitals end to end.
+
+Run from the repository root:  python benchmarks/bench_replay.py [--quick]
+
+1. Cost per replication-update, lending_banks (3 banks × 250,000 loans, p = 10, T = 1,000, the
+   scenario as shipped). The reference is a bare numpy loop of Algorithm 1 (design §2: np.clip,
+   rng.laplace per update) on the same sufficient statistics, step sizes and noise scales, one run
+   after another; it is checked first to compute what the package computes: fed replication r's
+   tape and its owners' own noise streams, its final θ_L must equal the replay's within 10⁻¹².
+   Measured: (a) the replay in-process (``replications.run_cell``: R tapes drawn, R × N noise
+   streams, the batched kernel, ψ at the 201 recorded points), per replication-update; (b) the
+   default executor (``run --replications`` as the command runs it: a process pool of 2, data built
+   in the workers, one saved file per replication, tables and figures) with R replications of T and
+   4T updates, and with 5R replications of T: the cost of one more replication-update is the slope
+   in T, (t(R, 4T) − t(R, T)) / (3RT); the slope in R adds what each replication costs once (its
+   streams, its saved record, its metric rows), printed per replication; t(R, T)/(RT) all in, for
+   information (pool start-up, data, figures). Target: (b)'s cost per replication-update ≤ 1/20 of
+   the bare loop's per update (goal 1/100).
+2. The papers' grid: ``python -m dpmarket sweep scenarios/lending_banks.toml --grid
+   privacy.epsilon=1,3,10,30,100 --grid data.records=10000,…,250000 --replications 100`` as a
+   subprocess, end to end (figures and report included). Reference in the same run: the same grid
+   on the same executor (process × 2) with every replication simulated exchange by exchange (the
+   path before the replay), in-process; the two sweep.csv must be byte-identical. Target ≤ 10 s.
+3. ``python -m dpmarket run scenarios/ny_hospitals.toml`` as a subprocess (request network: simulated
+   by the engine, not replayed), median of 3. Target < 2 s.
+
+Prints the load average at start and end, figures and PASS/FAIL; always exits 0 (it is a report).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from timing import best_of
+
+from dpmarket import rng
+from dpmarket.experiment import study, task
+from dpmarket.experiment.grid import pin_data_seed
+from dpmarket.replications import run_cell
+from dpmarket.run import build_owners, prepare
+from dpmarket.scenario import load
+
+ROOT = Path(__file__).resolve().parent.parent
+LENDING, NY = ROOT / "scenarios" / "lending_banks.toml", ROOT / "scenarios" / "ny_hospitals.toml"
+GRID = ["privacy.epsilon=1,3,10,30,100", "data.records=10000,25000,50000,100000,250000"]
+RATIO_TARGET, RATIO_GOAL, GRID_TARGET, NY_TARGET = 1 / 20, 1 / 100, 10.0, 2.0
+
+
+def constants(cell) -> tuple:
+    """What the bare loop precomputes: owners' A_i, b_i, 2/n_i, n_i/n, noise scales, the steps."""
+    c = cell.replayed.batch.c
+    owners = cell.owners
+    return ([o.data.stats.A for o in owners], [o.data.stats.b for o in owners],
+            [2.0 / o.data.n for o in owners], c._share, [o.scale for o in owners],
+            c.N, c.lam, c.theta_max, c.step_owner, c.step_central)
+
+
+def bare_loop(consts: tuple, sequence: list[int], noise=None, gen=None) -> np.ndarray:
+    """Algorithm 1 as a plain numpy loop over the owner ``sequence``; ``noise(i)`` gives owner i's next
+    noise vector, else ``gen.laplace`` of its scale. Returns the final θ_L."""
+    A, b, two_n, share, scale, N, lam, tmax, a_i, a_L = consts
+    p = len(b[0])
+    theta_L, theta = np.zeros(p), np.zeros((N, p))
+    for i in sequence:
+        bar = 0.5 * (theta_L + theta[i])
+        q = two_n[i] * (A[i] @ bar - b[i])
+        q = q + (noise(i) if noise is not None else gen.laplace(0.0, scale[i], p))
+        g = 2.0 * lam * bar
+        theta[i] = np.clip(bar - a_i * (g / (2 * N) + share[i] * q), -tmax, tmax)
+        theta_L = np.clip(bar - a_L * g, -tmax, tmax)
+    return theta_L
+
+
+def same_computation(scenario, prepared, cell, seeds) -> float:
+    """max |Δθ_L| / max |θ_L| between the bare loop fed each replication's tape and noise and the replay."""
+    consts, worst = constants(cell), 0.0
+    for r, seed in enumerate(seeds):
+        fresh = build_owners(scenario.model_copy(update={"seed": seed}), prepared.consortium,
+                             prepared.objective)
+        theta = bare_loop(consts, cell.tapes[r].owner.tolist(), lambda i, f=fresh: f[i].noise.draw())
+        ours = cell.replayed.batch.model[r]
+        worst = max(worst, float(np.max(np.abs(theta - ours)) / np.max(np.abs(ours))))
+    return worst
+
+
+def executor_seconds(scenario, reps: int, iterations: int, directory: Path) -> float:
+    """Wall seconds of ``run --replications reps`` on the default executor (process x 2), in-process
+    as the command runs it: data built in the workers, saved replications, tables and figures."""
+    learner = scenario.learner.model_copy(update={"iterations": iterations})
+    base = scenario.model_copy(update={"learner": learner})
+    plan = study.make_plan("replications", base, [], reps, str(LENDING))
+    return best_of(1, lambda: study.run_replications(plan, directory, study.Execution("process", 2)))
+
+
+def per_update(quick: bool) -> dict:
+    """Part 1: µs per update of the bare loop, per replication-update of the replay and the executor."""
+    scenario = pin_data_seed(load(LENDING))
+    prepared = prepare(scenario)
+    R, T = (20 if quick else 100), scenario.learner.iterations
+    seeds = rng.replication_seeds(scenario.seed, R)
+    cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective)
+    out = {"R": R, "T": T, "agree": same_computation(scenario, prepared, cell, seeds[:5])}
+    consts, sequence = constants(cell), cell.tapes[0].owner.tolist()
+    gen = np.random.default_rng(0)
+    out["bare_us"] = 1e6 * best_of(3, lambda: bare_loop(consts, sequence, gen=gen)) / T
+    replay = best_of(3, lambda: run_cell(scenario, seeds, prepared.consortium, prepared.objective))
+    out["replay_us"] = 1e6 * replay / (R * T)
+    with tempfile.TemporaryDirectory() as tmp:
+        t = {(r, n): executor_seconds(scenario, r, n, Path(tmp) / f"r{r}-{n}")
+             for r, n in ((R, T), (R, 4 * T), (5 * R, T))}
+    out["slope_T_us"] = 1e6 * (t[R, 4 * T] - t[R, T]) / (R * 3 * T)  # per update: the kernel's share
+    out["slope_R_us"] = 1e6 * (t[5 * R, T] - t[R, T]) / (4 * R * T)  # per replication, spread over T
+    out["per_replication_ms"] = 1e3 * (t[5 * R, T] - t[R, T]) / (4 * R) - 1e-3 * out["slope_T_us"] * T
+    out["executor_total_us"] = 1e6 * t[R, T] / (R * T)
+    out["executor_seconds"] = t
+    return out
+
+
+def paper_grid(quick: bool) -> dict:
+    """Part 2: the sweep as a subprocess, replayed; the same grid simulated inline as the reference."""
+    reps = 10 if quick else 100
+    with tempfile.TemporaryDirectory() as tmp:
+        grid = [a for g in GRID for a in ("--grid", g)]
+        cmd = [sys.executable, "-m", "dpmarket", "sweep", str(LENDING), *grid, "--replications", str(reps),
+               "--out", f"{tmp}/replayed", "--quiet"]
+        start = time.perf_counter()
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=_env())
+        replayed = time.perf_counter() - start
+        if done.returncode != 0:
+            raise RuntimeError(done.stderr)
+        base = load(LENDING, ["output.plots=true"])
+        plan = study.make_plan("sweep", base, GRID, reps, str(LENDING))
+        switch = task.replayable
+        task.replayable = study.replayable = lambda scenario: False  # forked workers inherit it
+        try:
+            start = time.perf_counter()
+            study.run_sweep(plan, Path(tmp) / "inline", study.Execution("process", 2))
+            inline = time.perf_counter() - start
+        finally:
+            task.replayable = study.replayable = switch
+        tables = [(Path(tmp) / name / "sweep.csv").read_bytes() for name in ("replayed", "inline")]
+        same = tables[0] == tables[1]
+    return {"replications": reps, "replayed": replayed, "inline": inline, "same": same}
+
+
+def ny_end_to_end(repeats: int) -> list[float]:
+    """Part 3: ``run scenarios/ny_hospitals.toml`` as a subprocess, wall seconds."""
+    times = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats + 1):
+            start = time.perf_counter()
+            cmd = [sys.executable, "-m", "dpmarket", "run", str(NY), "--out", f"{tmp}/r{i}", "--quiet"]
+            subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT, env=_env())
+            times.append(time.perf_counter() - start)
+    return times[1:]  # the first warms the file cache and the bytecode
+
+
+def _env() -> dict:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def load_text() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL  <<<"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer replications (a smoke test)")
+    args = parser.parse_args()
+    print(f"bench_replay: {os.cpu_count()} CPUs, load average {load_text()} at start"
+          f"{'  (--quick: smoke test, figures are rough)' if args.quick else ''}")
+    u = per_update(args.quick)
+    R, T = u["R"], u["T"]
+    print(f"\n1. cost per replication-update, lending_banks (N = 3, p = 10), R = {R} and {5 * R}, T = {T:,} "
+          f"and {4 * T:,}")
+    bare = u["bare_us"]
+    t = u["executor_seconds"]
+    lines = [("bare numpy loop of Algorithm 1, one run", bare, "µs per update (best of 3)"),
+             (f"replay in-process (run_cell, R = {R})", u["replay_us"], f"= 1/{bare / u['replay_us']:.0f}"),
+             ("default executor (process x 2), per update", u["slope_T_us"],
+              f"= 1/{bare / u['slope_T_us']:.0f}  (R = {R}: T = {T:,} {t[R, T]:.2f} s, T = {4 * T:,} "
+              f"{t[R, 4 * T]:.2f} s)"),
+             (f"   … with each replication's fixed costs, T = {T:,}", u["slope_R_us"],
+              f"= 1/{bare / u['slope_R_us']:.0f}  ({5 * R} replications: {t[5 * R, T]:.2f} s; "
+              f"{u['per_replication_ms']:.2f} ms per replication: streams, saved record, metric rows)"),
+             (f"default executor, R = {R} all in", u["executor_total_us"],
+              "(pool start-up, data, files, figures)")]
+    for label, value, note in lines:
+        print(f"   {label:48s} {value:8.3f} µs  {note}")
+    print(f"   bare loop fed the tapes and noise = replay: max relative |Δθ_L| {u['agree']:.1e}")
+    ratio = u["slope_T_us"] / u["bare_us"]
+    g = paper_grid(args.quick)
+    print(f"\n2. the papers' grid: 5 ε x 5 n x {g['replications']} replications, T = 1,000, process x 2")
+    print(f"   sweep, replayed (subprocess, end to end)      {g['replayed']:7.2f} s")
+    print(f"   same grid simulated inline (in-process)       {g['inline']:7.2f} s   "
+          f"= {g['inline'] / g['replayed']:.1f} x")
+    print(f"   sweep.csv byte-identical: {'yes' if g['same'] else 'NO  <<<'}")
+    ny = ny_end_to_end(3)
+    print(f"\n3. run scenarios/ny_hospitals.toml (subprocess): median {statistics.median(ny):.2f} s "
+          f"({', '.join(f'{t:.2f}' for t in ny)})")
+    print(f"\nload average at end: {load_text()}")
+    print("\nsummary")
+    rows = [("replication-update / bare update", f"1/{1 / ratio:.0f}", "≤ 1/20 (goal 1/100)",
+             ratio <= RATIO_TARGET and u["agree"] <= 1e-12),
+            ("papers' grid end to end", f"{g['replayed']:.1f} s", f"≤ {GRID_TARGET:g} s",
+             g["replayed"] <= GRID_TARGET and g["same"]),
+            ("ny_hospitals end to end", f"{statistics.median(ny):.2f} s", f"< {NY_TARGET:g} s",
+             statistics.median(ny) < NY_TARGET)]
+    for name, measured, target, ok in rows:
+        print(f"   {name:34s} {measured:>9s}  {target:>20s}  {verdict(ok)}")
+    if ratio > RATIO_GOAL:
+        print(f"   goal 1/100 not met: 1/{1 / ratio:.0f}")
+    scale = " (quick: the grid target is for 100 replications)" if args.quick else ""
+    print(f"   {scale}" if scale else "", end="")
+
+
+if __name__ == "__main__":
+    main()

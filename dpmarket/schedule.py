@@ -1,0 +1,259 @@
+"""The schedule of a run in the ideal network: who is asked when, decided before any learning.
+
+In the ideal network nothing about *who* talks *when* depends on θ: the ticking owner is drawn
+from the clocks, and an owner refuses only once its ledger cannot pay another answer, which
+depends on how many it gave, not on what they said. So a run splits into schedule → replay →
+measure (design §9): this module writes the exchange *tape* of a run, :mod:`dpmarket.replay`
+applies the answers of many tapes at once, :mod:`dpmarket.measure` scores the models.
+
+A tape holds exactly what the inline driver (:func:`dpmarket.training.run_uniform`) decides, drawn
+from the same streams in the same order, so the same seed gives the same tape: the owner and time
+of every exchange k, the index j of that answer among its owner's answers (which noise draw it
+carries), the ticks at which an owner whose budget is spent refuses and leaves, and why the run
+stopped. Refusals and caps come from the owners' ledgers (:meth:`DataOwner.answers_left`): the
+tape never holds an answer a ledger would refuse. :func:`log_tape` writes the tape's rows to an
+event log, paying every answer from the owners' ledgers as it goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpmarket import rng as streams
+from dpmarket.events import EventLog
+from dpmarket.owners import DataOwner
+from dpmarket.training import Superposition
+
+LEAVE_DETAIL = "budget spent: stops taking part"
+SMALL = 16  # owners up to which answer indices are running counts rather than a sort
+
+
+@dataclass(frozen=True)
+class Leave:
+    """An owner whose budget is spent ticks, refuses and stops taking part (one refusal row)."""
+
+    after: int  # exchanges completed before this tick
+    time: float
+    owner: int  # slot
+
+
+@dataclass(frozen=True)
+class Tape:
+    """The exchanges of one run, in order (k = 1…K is entry k − 1).
+
+    ``owner`` is the slot asked at each exchange (asynchronous learners) or empty when every owner
+    answers each round (synchronous learners, ``rounds`` true); ``answer`` is the index j of that
+    answer among its owner's answers (the j-th noise draw of its stream; in rounds, j = k − 1 for
+    every owner).
+    """
+
+    owner: np.ndarray  # int64 (K,), or (0,) for rounds
+    time: np.ndarray  # float64 (K,)
+    answer: np.ndarray  # int64 (K,)
+    leaves: tuple[Leave, ...]
+    stop_reason: str
+    rounds: bool
+
+    @property
+    def updates(self) -> int:
+        """K, the updates of the learner."""
+        return len(self.time)
+
+    def answers_per_owner(self, owners: int) -> np.ndarray:
+        """How many answers each of ``owners`` slots gives on this tape."""
+        if self.rounds:
+            return np.full(owners, self.updates, dtype=np.int64)
+        return np.bincount(self.owner, minlength=owners).astype(np.int64)
+
+    @property
+    def end_time(self) -> float:
+        """The time of the last exchange (0 without any), where the inline run's clock stops."""
+        return float(self.time[-1]) if len(self.time) else 0.0
+
+
+def capacities(owners: list[DataOwner]) -> np.ndarray:
+    """How many more answers each owner's ledger can pay: what the schedule may ask of it."""
+    return np.array([o.answers_left for o in owners], dtype=np.int64)
+
+
+def ideal_tape(algorithm: str, capacity: np.ndarray, iterations: int, selection: np.random.Generator,
+               clocks: np.random.Generator, rates: np.ndarray | None) -> Tape:
+    """The tape of :func:`~dpmarket.training.run_uniform` with owners that can pay ``capacity``
+    answers: asynchronous exchanges, or synchronous rounds for the other learners."""
+    if algorithm != "async":
+        total = float(len(capacity)) if rates is None else float(np.sum(rates))
+        return rounds_tape(capacity, iterations, clocks, total)
+    return exchanges_tape(capacity, iterations, selection, clocks, rates)
+
+
+def ideal_tapes(algorithm: str, capacity: np.ndarray, iterations: int, seeds: Sequence[int],
+                rates: np.ndarray | None) -> list[Tape]:
+    """The tape of each replication seed (its ``selection`` and ``clocks`` streams), each equal to
+    :func:`ideal_tape`'s. Asynchronous tapes are drawn together: every replication's T picks, their
+    answer indices in one sort and their times in one cumulative sum; a replication in which some
+    owner would be asked beyond its ledger is redrawn alone by :func:`exchanges_tape`."""
+    clocks = [streams.stream(seed, "clocks") for seed in seeds]
+    if algorithm != "async":
+        total = float(len(capacity)) if rates is None else float(np.sum(rates))
+        return [rounds_tape(capacity, iterations, c, total) for c in clocks]
+    selections = [streams.stream(seed, "selection") for seed in seeds]
+    clock = Superposition(len(capacity), rates)
+    states = [s.bit_generator.state for s in selections]
+    picks = np.array([_picks(clock, s, iterations) for s in selections]).reshape(len(seeds), iterations)
+    ranks = row_ranks(picks, len(capacity))
+    refused = np.any(ranks >= capacity[picks], axis=1)
+    waits = np.array([c.standard_exponential(iterations) for c, r in zip(clocks, refused, strict=True)
+                      if not r]).reshape(-1, iterations)
+    times = iter(np.cumsum(waits * clock.mean_wait, axis=1))  # exponential(mean wait), tick after tick
+    tapes = []
+    for r, state in enumerate(states):
+        if refused[r]:
+            selections[r].bit_generator.state = state
+            tapes.append(exchanges_tape(capacity, iterations, selections[r], clocks[r], rates))
+        else:
+            tapes.append(Tape(picks[r], next(times), ranks[r], (), "iterations", False))
+    return tapes
+
+
+def rounds_tape(capacity: np.ndarray, iterations: int, clocks: np.random.Generator, total: float) -> Tape:
+    """Rounds at the ticks of the superposed clocks (total rate ``total``) until T rounds, or until an
+    owner cannot answer another (no round is then possible), as the inline driver runs them."""
+    rounds = int(min(iterations, int(np.min(capacity))))
+    time = np.cumsum(clocks.standard_exponential(rounds) * (1.0 / total))  # exponential(1/total)
+    reason = "iterations" if rounds == iterations else "budgets exhausted"
+    return Tape(np.zeros(0, dtype=np.int64), time, np.arange(rounds, dtype=np.int64), (), reason, True)
+
+
+def exchanges_tape(capacity: np.ndarray, iterations: int, selection: np.random.Generator,
+                   clocks: np.random.Generator, rates: np.ndarray | None) -> Tape:
+    """Algorithm 1's exchanges in the ideal network, drawn in bulk.
+
+    The inline driver draws, per tick, a wait from ``clocks`` and the ticking owner from
+    ``selection``; numpy's bulk draws are the same numbers one after another. Picks are drawn for
+    the updates still missing; the first pick of an owner whose budget is spent is its leaving
+    tick: the selection stream is rewound to just after it (the next picks are among fewer owners)
+    and drawing goes on. Waits are drawn at the end, one per tick, each scaled by the mean wait of
+    the owners ticking then.
+    """
+    clock = Superposition(len(capacity), rates)
+    used = np.zeros(len(capacity), dtype=np.int64)
+    owners, answers, means, ticks_leave, leaves = [], [], [], [], []
+    done, ticks, reason = 0, 0, "iterations"
+    while done < iterations:
+        if np.all(used >= capacity):
+            reason = "budgets exhausted"
+            break
+        picks, rank, stop = _accepted(clock, selection, iterations - done, used, capacity)
+        accepted = picks[:stop]
+        owners.append(accepted)
+        answers.append(rank[:stop])
+        used += np.bincount(accepted, minlength=len(used))
+        done, ticks = done + stop, ticks + stop
+        means.append(np.full(stop, clock.mean_wait))
+        if stop < len(picks) and np.any(used < capacity):  # the next pick ticks, and leaves
+            leaver = int(picks[stop])
+            ticks_leave.append(ticks)
+            leaves.append((done, leaver))
+            means.append(np.full(1, clock.mean_wait))
+            ticks += 1
+            clock.remove(leaver)
+    time = np.cumsum(clocks.standard_exponential(ticks) * np.concatenate(means or [np.zeros(0)]))
+    is_leave = np.zeros(ticks, dtype=bool)
+    is_leave[ticks_leave] = True
+    rows = tuple(Leave(after, float(time[t]), o) for t, (after, o) in zip(ticks_leave, leaves, strict=True))
+    return Tape(_joined(owners), time[~is_leave], _joined(answers), rows, reason, False)
+
+
+def _accepted(clock: Superposition, selection: np.random.Generator, wanted: int, used: np.ndarray,
+              capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """Up to ``wanted`` next picks, each one's answer index (answers its owner gave before), and how
+    many of them are answered: all, or those before the first pick of an owner whose budget is spent
+    (or before every budget is spent). ``selection`` is left just after the last pick consumed: the
+    answered ones and the leaving tick, if any."""
+    state = selection.bit_generator.state
+    picks = _picks(clock, selection, wanted)
+    rank = used[picks] + answer_ranks(picks, len(used))
+    over = np.flatnonzero(rank >= capacity[picks])
+    if len(over) == 0:
+        return picks, rank, len(picks)
+    stop = int(over[0])
+    left = int(np.sum(capacity - used))  # answers until every budget is spent
+    stop = min(stop, left)
+    consumed = stop if stop == left else stop + 1  # every budget spent: the loop ends before a tick
+    selection.bit_generator.state = state
+    _picks(clock, selection, consumed)
+    return picks[:consumed], rank[:consumed], stop
+
+
+def _picks(clock: Superposition, selection: np.random.Generator, count: int) -> np.ndarray:
+    """The owners of the next ``count`` ticks, as :meth:`Superposition.pick` draws them one by one."""
+    ids = np.asarray(clock.ids, dtype=np.int64)
+    if clock.cumulative is None:
+        return ids[selection.integers(len(ids), size=count)]
+    slots = np.searchsorted(clock.cumulative, selection.random(count), side="right")
+    return ids[np.minimum(slots, len(ids) - 1)]
+
+
+def answer_ranks(picks: np.ndarray, owners: int) -> np.ndarray:
+    """For each pick, how many earlier picks went to the same owner (0 for its first)."""
+    if owners <= SMALL:  # a running count per owner: cheaper than sorting for a few owners
+        hits = picks[:, None] == np.arange(owners)
+        return np.cumsum(hits, axis=0)[np.arange(len(picks)), picks] - 1
+    order = np.argsort(picks, kind="stable")
+    sorted_picks = picks[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_picks[1:] != sorted_picks[:-1])))
+    counts = np.diff(np.append(starts, len(picks)))
+    rank = np.empty(len(picks), dtype=np.int64)
+    rank[order] = np.arange(len(picks)) - np.repeat(starts, counts)
+    return rank
+
+
+def row_ranks(picks: np.ndarray, owners: int) -> np.ndarray:
+    """:func:`answer_ranks` of each row of ``picks`` (R, T), in one sort."""
+    keys = np.arange(picks.shape[0])[:, None] * owners + picks
+    return answer_ranks(keys.ravel(), picks.shape[0] * owners).reshape(picks.shape)
+
+
+def _joined(parts: list[np.ndarray]) -> np.ndarray:
+    return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, dtype=np.int64)
+
+
+def log_tape(tape: Tape, owners: list[DataOwner], log: EventLog) -> None:
+    """The event rows of ``tape``, as the inline run records them, paying each answer from its owner's
+    ledger in order; a ledger that refuses an answer on the tape is a schedule bug (RuntimeError)."""
+    if tape.rounds:
+        _log_rounds(tape, owners, log)
+        return
+    record, leaves = log.record, list(tape.leaves)
+    for k, (owner, time) in enumerate(zip(tape.owner.tolist(), tape.time.tolist(), strict=True)):
+        while leaves and leaves[0].after == k:
+            _log_leave(leaves.pop(0), owners, log)
+        record(time, "query", owner, None, None, None, None)
+        record(time, "response", owner, None, _pay(owners[owner]), None, None)
+        record(time, "update", owner, k + 1, None, None, None)
+    for leave in leaves:
+        _log_leave(leave, owners, log)
+
+
+def _log_rounds(tape: Tape, owners: list[DataOwner], log: EventLog) -> None:
+    record = log.record
+    for k, time in enumerate(tape.time.tolist()):
+        for i, owner in enumerate(owners):
+            record(time, "query", i, None, None, None, None)
+            record(time, "response", i, None, _pay(owner), None, None)
+        record(time, "update", -1, k + 1, None, None, None)
+
+
+def _log_leave(leave: Leave, owners: list[DataOwner], log: EventLog) -> None:
+    owner = owners[leave.owner]
+    log.record(leave.time, "refusal", leave.owner, None, owner.epsilon_spent, None, LEAVE_DETAIL)
+
+
+def _pay(owner: DataOwner) -> float:
+    """Charge one answer to ``owner``'s ledger; its ε spent after it."""
+    if not owner.ledger.try_pay(owner.charge):
+        raise RuntimeError(f"owner {owner.index}: the tape holds an answer its ledger refuses")
+    return owner.epsilon_spent
