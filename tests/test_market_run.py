@@ -141,6 +141,16 @@ def test_an_unwritable_cache_is_one_warning_and_the_forecast_goes_on(calibrated,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
+def test_the_default_cache_is_the_environment_variables_directory(calibrated, tmp_path, monkeypatch):
+    s, prepared, forecast, good = calibrated
+    (tmp_path / good.name).write_bytes(good.read_bytes())
+    monkeypatch.setenv(calibration.CACHE_ENV, str(tmp_path))
+    again, source = calibration.resolve(s, prepared.consortium, prepared.objective)
+    assert source.startswith(f"cached in {tmp_path / good.name}") and again == forecast
+    monkeypatch.delenv(calibration.CACHE_ENV)
+    assert calibration.cache_dir() == calibration.CACHE_DIR
+
+
 def test_the_cache_key_ignores_prices_and_names_but_not_the_data():
     s = market_scenario()
     key = calibration.cache_key(s)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -33,7 +34,8 @@ from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import ForecastConstants, Scenario
 
-CACHE_DIR = Path("outputs") / "forecasts"
+CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
+CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
 FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
@@ -184,12 +186,19 @@ def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
                      np.asarray(records, dtype=float), stored["calibrated_on"], table["psi_zero"])
 
 
-def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:
-    """Where the calibrated forecast of ``scenario`` is cached."""
-    return Path(directory) / f"{scenario.name}-{cache_key(scenario)}.json"
+def cache_dir() -> Path:
+    """The default cache directory: $DPMARKET_FORECAST_CACHE when set (read at each call, so a test
+    suite or a shared server can move it), else outputs/forecasts/ under the working directory."""
+    return Path(os.environ.get(CACHE_ENV) or CACHE_DIR)
 
 
-def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_DIR,
+def cache_file(scenario: Scenario, directory: Path | None = None) -> Path:
+    """Where the calibrated forecast of ``scenario`` is cached (``directory``, else :func:`cache_dir`)."""
+    folder = cache_dir() if directory is None else Path(directory)
+    return folder / f"{scenario.name}-{cache_key(scenario)}.json"
+
+
+def resolve(scenario: Scenario, consortium, objective, directory: Path | None = None,
             recalibrate: bool = False, progress: Progress = SILENT):
     """The forecast and where it came from (its ``source``, which names an oracle calibration).
 
