@@ -8,7 +8,8 @@ mapping ``{"privacy.epsilon": 100}`` or ``--set`` texts ``["privacy.epsilon=100"
 and checked exactly as on the command line. Nothing is written unless ``out`` names a directory,
 which then receives exactly what the command would write (and the tables are read from the run).
 The one exception is the forecast cache of a market scenario calibrated by pilot runs
-(``outputs/forecasts/`` under the working directory), which the commands share.
+(``outputs/forecasts/`` under the working directory, or ``$DPMARKET_FORECAST_CACHE``),
+which the commands share.
 
 Events: a run streams them to a CSV file as it goes (memory stays flat however long the run);
 without ``out`` that file is a temporary one, read back into :attr:`Run.events` and deleted

@@ -6,6 +6,7 @@ bug and keeps its traceback.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 # Characters that end a line for str.splitlines() (and for terminals or log readers)
@@ -18,6 +19,11 @@ def one_line(text: str) -> str:
     """``text`` with every line break escaped (``\\n``, ``\\x1e``…): a message that quotes a user's
     key, value or path stays one line whatever they contain."""
     return text.translate(_LINE_BREAKS)
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr: something was repaired or skipped, and the command goes on."""
+    print(f"dpmarket: warning: {one_line(text)}", file=sys.stderr)
 
 
 class DPMarketError(Exception):

@@ -281,7 +281,7 @@ def yardstick_text(facts: Mapping[str, Any]) -> str:
 
     text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
             f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
-    warning = yardstick_warning(facts["psi_final"], facts["psi_zero"])
+    warning = yardstick_warning(facts["psi_final"], facts["psi_zero"], facts.get("policy"))
     return text if warning is None else f"{text}\n\nWarning: {warning}."
 
 

@@ -21,6 +21,7 @@ from dpmarket.privacy import is_pure
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 from dpmarket.run import RunResult, is_async
+from dpmarket.scenario import BUDGET_KEYS
 from dpmarket.stepsize import STABILITY_LIMIT
 
 
@@ -354,7 +355,7 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s["psi_final"], s["psi_zero"]),
+        *_yardstick_warning(s["psi_final"], s["psi_zero"], s.get("policy")),
         *_stability_warning(s["step_curvature_max"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
@@ -396,16 +397,24 @@ def _data_lines(report: dict | None) -> list[str]:
             f"labels; {unseen:,} category values unseen in the hold-out"]
 
 
-def yardstick_warning(psi_final: float, psi_zero: float) -> str | None:
+def yardstick_warning(psi_final: float, psi_zero: float, policy: str | None = None) -> str | None:
     """The sentence saying that training did not beat the untrained model θ = 0, or None.
 
     A private model is only worth training where its ψ is below ψ(0); at or above it, the noise
-    (or too large a step) has outweighed everything the owners' answers taught the learner.
+    (or too large a step) has outweighed everything the owners' answers taught the learner. The
+    advice names the lever on the budgets: privacy.epsilon, or in a market run (``policy``) the
+    market's own key, since a market scenario refuses privacy.epsilon.
     """
     if not psi_final >= psi_zero:  # also None when either is NaN
         return None
+    lever = "raise privacy.epsilon" if policy is None else budget_lever(policy)
     return (f"the trained model is no better than the untrained θ = 0 (psi {psi_final:.4g} ≥ "
-            f"{psi_zero:.4g}): raise privacy.epsilon or revisit learner.rho")
+            f"{psi_zero:.4g}): {lever} or revisit learner.rho")
+
+
+def budget_lever(policy: str) -> str:
+    """What buys larger budgets under market ``policy`` (the wording of the refusal of privacy.epsilon)."""
+    return f"{BUDGET_KEYS[policy]} (market.policy = {policy!r} sets the budgets)"
 
 
 def _learner_lines(s: dict) -> list[str]:
@@ -421,8 +430,8 @@ def _learner_lines(s: dict) -> list[str]:
     return lines
 
 
-def _yardstick_warning(psi_final: float, psi_zero: float) -> list[str]:
-    warning = yardstick_warning(psi_final, psi_zero)
+def _yardstick_warning(psi_final: float, psi_zero: float, policy: str | None) -> list[str]:
+    warning = yardstick_warning(psi_final, psi_zero, policy)
     return [] if warning is None else [f"warning       {warning}"]
 
 

@@ -1,7 +1,12 @@
 """Test-suite configuration: the Hypothesis fuzz suite is deterministic (fixed seeds, as every
-statistical test here) and leaves no example database in the checkout."""
+statistical test here) and leaves no example database in the checkout; the forecast cache of
+market runs (also those of CLI subprocesses, which inherit the environment) goes to a temporary
+directory, so a test run leaves the checkout as it was."""
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+from dpmarket.market.calibration import CACHE_ENV
 
 settings.register_profile(
     "dpmarket",
@@ -12,3 +17,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("dpmarket")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _forecast_cache(tmp_path_factory):
+    """$DPMARKET_FORECAST_CACHE set to one temporary directory for the whole session (shared, so the
+    pilots of a scenario run once, as they would in outputs/forecasts/)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("forecasts")))
+    yield
+    mp.undo()

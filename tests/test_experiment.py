@@ -302,6 +302,20 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
 # ---------------------------------------------------------------------------------- the tables
 
 
+def test_one_replication_leaves_psi_std_blank_in_csv_and_null_in_json(tmp_path):
+    """No spread from one run: sweep.csv's psi_std is empty (not "nan"), summary.json's null."""
+    out = tmp_path / "sweep"
+    run_sweep(plan(grid=["privacy.epsilon=1,10"], replications=1), out, Execution("serial"))
+    rows = read_csv(out / "sweep.csv")
+    assert [row["psi_std"] for row in rows] == ["", ""] and all(float(row["psi_mean"]) > 0 for row in rows)
+    assert "nan" not in (out / "sweep.csv").read_text().lower()
+    rep = tmp_path / "rep"
+    run_replications(plan("replications", replications=1), rep, Execution("serial"))
+    text = (rep / "summary.json").read_text()
+    summary = json.loads(text, parse_constant=lambda token: pytest.fail(f"non-strict JSON: {token}"))
+    assert summary["psi_std"] is None and summary["psi_mean"] > 0
+
+
 def test_sweep_statistics_are_numpys_on_the_saved_replications(tmp_path):
     p = plan(replications=7, owners=[{"epsilon": 0.5}, {"epsilon": 2.0}])
     out = tmp_path / "out"

@@ -99,6 +99,58 @@ def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
     assert stored["forecast"]["by_size"] == [dict(row) for row in first.by_size]
 
 
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory):
+    """A small market calibrated once into a cache directory: (scenario, prepared, forecast, cache file)."""
+    s = market_scenario(forecast=None, pilots={"levels": 3, "subsets": 2, "replications": 1,
+                                                "epsilon_low": 1.0, "epsilon_high": 50.0})
+    prepared, cache = run.prepare(s), tmp_path_factory.mktemp("forecasts")
+    forecast, _ = calibration.resolve(s, prepared.consortium, prepared.objective, cache)
+    return s, prepared, forecast, calibration.cache_file(s, cache)
+
+
+@pytest.mark.parametrize("damage", [b"", b'{"key": "', b"\xff\xfe", b"[]", b'{"key": 1}', "c0", "form"])
+def test_a_damaged_cache_file_is_recalibrated_with_one_warning(calibrated, tmp_path, capsys, damage):
+    s, prepared, forecast, good = calibrated
+    path = tmp_path / good.name
+    if isinstance(damage, bytes):
+        path.write_bytes(damage)
+    else:  # well-formed JSON of the wrong content: a multiplier that is a string, or the other form
+        stored = json.loads(good.read_text(encoding="utf-8"))
+        stored["forecast"][damage] = "1" if damage == "c0" else "theorem2"
+        path.write_text(json.dumps(stored), encoding="utf-8")
+    capsys.readouterr()
+    again, source = calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"dpmarket: warning: {path}: damaged"), err
+    assert source.startswith("calibrated on") and again == forecast  # the same pilots, the same fit
+    assert path.read_bytes() == good.read_bytes()  # rewritten whole
+    calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
+    assert capsys.readouterr().err == ""  # and read back without a warning
+
+
+def test_an_unwritable_cache_is_one_warning_and_the_forecast_goes_on(calibrated, tmp_path, capsys):
+    s, prepared, forecast, _ = calibrated
+    (tmp_path / "file").write_text("in the way")
+    blocked = tmp_path / "file" / "forecasts"
+    capsys.readouterr()
+    again, source = calibration.resolve(s, prepared.consortium, prepared.objective, blocked)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dpmarket: warning:") and str(blocked) in err[0], err
+    assert "not cached" in err[0] and source.endswith("not cached") and again == forecast
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_the_default_cache_is_the_environment_variables_directory(calibrated, tmp_path, monkeypatch):
+    s, prepared, forecast, good = calibrated
+    (tmp_path / good.name).write_bytes(good.read_bytes())
+    monkeypatch.setenv(calibration.CACHE_ENV, str(tmp_path))
+    again, source = calibration.resolve(s, prepared.consortium, prepared.objective)
+    assert source.startswith(f"cached in {tmp_path / good.name}") and again == forecast
+    monkeypatch.delenv(calibration.CACHE_ENV)
+    assert calibration.cache_dir() == calibration.CACHE_DIR
+
+
 def test_the_cache_key_ignores_prices_and_names_but_not_the_data():
     s = market_scenario()
     key = calibration.cache_key(s)

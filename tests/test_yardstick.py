@@ -171,3 +171,17 @@ def test_the_warning_starts_at_equality_and_ignores_nan():
 
     assert yardstick_warning(0.5, 0.5) is not None and yardstick_warning(0.6, 0.5) is not None
     assert yardstick_warning(0.4999, 0.5) is None and yardstick_warning(float("nan"), 0.5) is None
+
+
+@pytest.mark.parametrize("policy", ["posted_price", "record_price", "take_it_or_leave_it", "procurement",
+                                    "stackelberg", "auction", "marginal"])
+def test_in_a_market_run_the_warning_names_the_markets_lever(policy):
+    """A market scenario refuses privacy.epsilon, so the advice names the key that buys budgets."""
+    from dpmarket.report import yardstick_text
+    from dpmarket.results import yardstick_warning
+    from dpmarket.scenario import BUDGET_KEYS
+
+    warning = yardstick_warning(0.6, 0.5, policy)
+    assert "privacy.epsilon" not in warning and BUDGET_KEYS[policy] in warning and repr(policy) in warning
+    facts = {"psi_final": 0.6, "psi_zero": 0.5, "owners_benefiting": 0, "owners": 3, "policy": policy}
+    assert warning in yardstick_text(facts) and "privacy.epsilon" not in yardstick_text(facts)

@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from dpmarket import files, processes
-from dpmarket.errors import DPMarketError, RunDirectoryError, one_line
+from dpmarket.errors import DPMarketError, RunDirectoryError, warn
 from dpmarket.files import first_difference
 
 IDENTITY = "experiment.json"
@@ -126,11 +125,6 @@ def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
 
 def _not_json(exc: json.JSONDecodeError) -> str:
     return f"not JSON ({exc.msg}, character {exc.pos}: truncated?)"
-
-
-def warn(text: str) -> None:
-    """One warning line on stderr."""
-    print(f"dpmarket: warning: {one_line(text)}", file=sys.stderr)
 
 
 class Store:

@@ -172,7 +172,7 @@ def _sweep(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
     meta = {**_meta(plan, how, reused), "forecast": fit.to_dict() if fit else {"error": why}}
     with publish.published(out) as staging:
-        write_csv(staging / "sweep.csv", head, rows)
+        write_csv(staging / "sweep.csv", head, tables.blank_undefined(head, rows))
         write_csv(staging / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
         drawn = publish.sweep_figures_and_report(staging, meta, plan.base.output.plots)
         meta = {**meta, "figures": [p.name for p in drawn],

@@ -3,7 +3,8 @@
 Everything here is a pure function of the records sorted by (cell, replication), so the
 tables are byte-identical whatever executor produced the records and in whatever order they
 finished. Statistics are numpy's: median and quartiles by ``np.quantile`` (linear
-interpolation), the standard deviation with ddof = 1 (NaN for a single replication).
+interpolation), the standard deviation with ddof = 1 (NaN for a single replication: null in
+JSON, a blank cell in sweep.csv, as ``sd`` in the market table).
 """
 
 from __future__ import annotations
@@ -103,6 +104,13 @@ def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple
         summary["forecast"] = float(fit.psi(*theorem_terms(records))) if fit else ""
         rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
     return rows, fit, why
+
+
+def blank_undefined(header: tuple, rows: list[tuple]) -> list[tuple]:
+    """``rows`` for sweep.csv with an undefined ``psi_std`` (one replication: no spread) left blank
+    rather than written ``nan``; the rows themselves keep NaN, pandas' blank."""
+    column = header.index("psi_std")
+    return [(*row[:column], "" if np.isnan(row[column]) else row[column], *row[column + 1:]) for row in rows]
 
 
 def sweep_owner_rows(cells: list[Cell], by_cell: list[list[dict]]) -> list[tuple]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -27,13 +28,14 @@ import numpy as np
 
 from dpmarket import files
 from dpmarket import rng as streams
-from dpmarket.errors import MarketError, ScenarioError
+from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
 from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import ForecastConstants, Scenario
 
-CACHE_DIR = Path("outputs") / "forecasts"
+CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
+CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
 FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
@@ -200,12 +202,19 @@ def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
                      np.asarray(records, dtype=float), stored["calibrated_on"], table["psi_zero"])
 
 
-def cache_file(scenario: Scenario, directory: Path = CACHE_DIR) -> Path:
-    """Where the calibrated forecast of ``scenario`` is cached."""
-    return Path(directory) / f"{scenario.name}-{cache_key(scenario)}.json"
+def cache_dir() -> Path:
+    """The default cache directory: $DPMARKET_FORECAST_CACHE when set (read at each call, so a test
+    suite or a shared server can move it), else outputs/forecasts/ under the working directory."""
+    return Path(os.environ.get(CACHE_ENV) or CACHE_DIR)
 
 
-def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_DIR,
+def cache_file(scenario: Scenario, directory: Path | None = None) -> Path:
+    """Where the calibrated forecast of ``scenario`` is cached (``directory``, else :func:`cache_dir`)."""
+    folder = cache_dir() if directory is None else Path(directory)
+    return folder / f"{scenario.name}-{cache_key(scenario)}.json"
+
+
+def resolve(scenario: Scenario, consortium, objective, directory: Path | None = None,
             recalibrate: bool = False, progress: Progress = SILENT):
     """The forecast and where it came from (its ``source``, which names an oracle calibration).
 
@@ -223,16 +232,56 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path = CACHE_D
         law = LawForecast(build_inputs(scenario, consortium))
         return law, f"law (market.forecast = 'law'), uncalibrated; public inputs from the {law.inputs.source}"
     path = cache_file(scenario, directory)
-    if path.is_file() and not recalibrate:
-        stored = json.loads(path.read_text(encoding="utf-8"))
-        forecast = (Forecast.from_dict(stored["forecast"]) if why else
-                    LawForecast.from_dict(stored["forecast"], build_inputs(scenario, consortium)))
-        return forecast, f"cached in {path}: calibrated on {stored['calibrated_on']}"
+    cached = None if recalibrate else read_cache(scenario, consortium, path, why)
+    if cached is not None:
+        return cached
     forecast, pilots = calibrate_scenario(scenario, consortium, objective, progress)
-    _write_atomically(path, {"key": cache_key(scenario), "scenario": scenario.name, "form": forecast.form,
-                             "calibrated_on": pilots.data, "forecast": forecast.to_dict(),
-                             "pilots": pilot_table(forecast, pilots)})
-    return forecast, f"calibrated on {pilots.data}, cached in {path}"
+    written = write_cache(path, {"key": cache_key(scenario), "scenario": scenario.name, "form": forecast.form,
+                                 "calibrated_on": pilots.data, "forecast": forecast.to_dict(),
+                                 "pilots": pilot_table(forecast, pilots)})
+    return forecast, f"calibrated on {pilots.data}, " + (f"cached in {path}" if written else "not cached")
+
+
+def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> tuple | None:
+    """(forecast, source) from the cache file at ``path``; None when there is none, or when it is
+    damaged (unreadable, not JSON, another key or form, multipliers that are not finite numbers ≥ 0),
+    with one warning line: the pilots are then run again and the file rewritten."""
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        table = stored["forecast"]
+        if stored["key"] != cache_key(scenario) or (table["form"] == "law") != (why is None):
+            raise ValueError("it was written for another scenario or forecast form")
+        if not all(_multiplier(table[k]) for k in ("c0", "c1", "c2") if k in table):
+            raise ValueError("its multipliers are not finite numbers >= 0")
+        forecast = (Forecast.from_dict(table) if why else
+                    LawForecast.from_dict(table, build_inputs(scenario, consortium)))
+        return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, ScenarioError):  # build_inputs refused the scenario itself: not the file's fault
+            raise
+        warn(f"{path}: damaged ({type(exc).__name__}: {exc}); recalibrating the forecast")
+        return None
+
+
+def _multiplier(value) -> bool:
+    """A multiplier as the cache must hold it: a finite number ≥ 0 (not a string, bool or NaN)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and bool(np.isfinite(value)) and value >= 0
+
+
+def write_cache(path: Path, content: dict) -> bool:
+    """Cache ``content`` at ``path``; an unwritable cache (read-only, full, a file in the way) is one
+    warning line naming the path, and the command goes on uncached (False): the cache only saves
+    the pilots' time, and the run's own results are written elsewhere."""
+    try:
+        with files.writing(path):
+            _write_atomically(path, content)
+    except RunDirectoryError as exc:
+        warn(f"{exc}; the forecast is not cached and will be calibrated again next time")
+        return False
+    return True
 
 
 def calibrate_scenario(scenario: Scenario, consortium, objective, progress: Progress = SILENT) -> tuple:

@@ -83,7 +83,7 @@ def pinned(scenario: Scenario) -> Scenario:
 
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
-            cache: Path = calibration.CACHE_DIR, workers: int = 1,
+            cache: Path | None = None, workers: int = 1,
             progress: bool | Progress = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 

@@ -20,7 +20,7 @@ from dpmarket.progress import of as progress_of
 from dpmarket.scenario import Market, Scenario
 
 
-def report(scenario: Scenario, recalibrate: bool = False, cache: Path = calibration.CACHE_DIR,
+def report(scenario: Scenario, recalibrate: bool = False, cache: Path | None = None,
            progress: bool | Progress = False) -> str:
     """The forecast of ``scenario`` as terminal text (``progress``: the long phases on a terminal)."""
     from dpmarket.run import prepare  # deferred: run imports the market layer

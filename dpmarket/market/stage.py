@@ -39,7 +39,7 @@ def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:
 
 
 def settle_market(scenario: Scenario, prepared: Prepared, policy: str | None = None,
-                  cache: Path = calibration.CACHE_DIR, progress: Progress = SILENT) -> MarketStage:
+                  cache: Path | None = None, progress: Progress = SILENT) -> MarketStage:
     """Run the market of ``scenario`` (or ``policy`` instead of its own); error if nobody joins.
     ``progress`` hears of the pilot runs, when the forecast has to be calibrated."""
     sellers = sellers_of(scenario, prepared)  # first: its checks are cheap, the calibration is not
