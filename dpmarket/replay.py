@@ -67,8 +67,10 @@ class Answers:
             rows = self.gather(slots) if rows is None else rows
             product = np.matmul(np.take(self.A, slots, axis=0), thetas[:, :, None])[:, :, 0]
             return rows.two_n[:, None] * (product - rows.b)
+        if len(slots) == 1:  # one replication: no grouping
+            return self.records(int(slots[0]), thetas)
         out = np.empty_like(thetas)
-        for slot in np.unique(slots).tolist():
+        for slot in dict.fromkeys(slots.tolist()):
             at = np.flatnonzero(slots == slot)
             out[at] = self.records(slot, thetas[at])
         return out
