@@ -146,14 +146,14 @@ def paper_grid(quick: bool) -> dict:
             raise RuntimeError(done.stderr)
         base = load(LENDING, ["output.plots=true"])
         plan = study.make_plan("sweep", base, GRID, reps, str(LENDING))
-        switch = task.replayable
-        task.replayable = study.replayable = lambda scenario: False  # forked workers inherit it
+        switches = task.batched, study.replayable
+        task.batched, study.replayable = (lambda s, n: False), (lambda s: False)  # forked workers see it
         try:
             start = time.perf_counter()
             study.run_sweep(plan, Path(tmp) / "inline", study.Execution("process", 2))
             inline = time.perf_counter() - start
         finally:
-            task.replayable = study.replayable = switch
+            task.batched, study.replayable = switches
         tables = [(Path(tmp) / name / "sweep.csv").read_bytes() for name in ("replayed", "inline")]
         same = tables[0] == tables[1]
     return {"replications": reps, "replayed": replayed, "inline": inline, "same": same}

@@ -1,6 +1,6 @@
 """Schedule → replay → measure against the inline path (design §9).
 
-For every loss, algorithm and schedule the ideal network covers, the batched replay of several
+For every loss, algorithm and network schedule, the batched replay of several
 replications must give each replication's inline run: θ_L (or the synchronous model) within 10⁻¹²
 relative at every recorded k, the same metrics (k, time, ψ), stop reason and refusals, and the
 schedule's event rows must be the inline events.csv byte for byte. Each comparison is shown to fail
@@ -320,7 +320,7 @@ def test_experiments_are_byte_identical_replayed_or_simulated(kind, tmp_path, mo
     run = study.run_sweep if kind == "sweep" else study.run_replications
     run(plan, tmp_path / "serial", study.Execution("serial"))
     run(plan, tmp_path / "process", study.Execution("process", 2))
-    monkeypatch.setattr(task, "replayable", lambda scenario: False)
+    monkeypatch.setattr(task, "batched", lambda scenario, replications: False)
     run(plan, tmp_path / "inline", study.Execution("serial"))
     monkeypatch.undo()
     inline = experiment_files(tmp_path / "inline")
@@ -347,8 +347,8 @@ def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_
         return c.forecast, [r.psi.tolist() for r in c.results]
 
     replayed = outcome("replayed")
-    monkeypatch.setattr("dpmarket.replications.replayable", lambda scenario: False)  # the pilots'
-    monkeypatch.setattr("dpmarket.market.simulate.replayable", lambda scenario: False)  # the policies'
+    monkeypatch.setattr("dpmarket.replications.batched", lambda scenario, n: False)  # the pilots'
+    monkeypatch.setattr("dpmarket.market.simulate.batched", lambda scenario, n: False)  # the policies'
     monkeypatch.setattr("dpmarket.replications.replay", None)  # the inline path must not reach the kernel
     inline = outcome("inline")
     monkeypatch.undo()

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dpmarket.replications import replayable, run_cell
+from dpmarket.replications import batched, run_cell
 from dpmarket.roster import Roster
 from dpmarket.run import Prepared, execute, prepare
 from dpmarket.scenario import Scenario
@@ -99,7 +99,7 @@ def run_task(task: Task) -> list[dict]:
         from dpmarket.market.stage import settle_market  # deferred: only market cells need it
 
         market = settle_market(task.scenario, prepared)
-    if replayable(task.scenario):
+    if batched(task.scenario, len(task.seeds)):
         return replayed_records(task, prepared, market)
     return [replicate(task, r, seed, prepared, market)
             for r, seed in zip(task.replications, task.seeds, strict=True)]
