@@ -1,18 +1,22 @@
-"""The schedule of a run in the ideal network: who is asked when, decided before any learning.
+"""The schedule of a run: who is asked when, decided before any learning.
 
-In the ideal network nothing about *who* talks *when* depends on θ: the ticking owner is drawn
-from the clocks, and an owner refuses only once its ledger cannot pay another answer, which
-depends on how many it gave, not on what they said. So a run splits into schedule → replay →
-measure (design §9): this module writes the exchange *tape* of a run, :mod:`dpmarket.replay`
-applies the answers of many tapes at once, :mod:`dpmarket.measure` scores the models.
+Nothing about *who* talks *when* depends on θ: the ticking owner is drawn from the clocks, the
+channel decides collisions and losses from times, and an owner refuses only once its ledger cannot
+pay another answer, which depends on how many it gave, not on what they said. So a run splits into
+schedule → replay → measure (design §9): this module writes the exchange *tape* of a run,
+:mod:`dpmarket.replay` applies the answers of many tapes at once, :mod:`dpmarket.measure` scores
+the models.
 
-A tape holds exactly what the inline driver (:func:`dpmarket.training.run_uniform`) decides, drawn
-from the same streams in the same order, so the same seed gives the same tape: the owner and time
-of every exchange k, the index j of that answer among its owner's answers (which noise draw it
-carries), the ticks at which an owner whose budget is spent refuses and leaves, and why the run
-stopped. Refusals and caps come from the owners' ledgers (:meth:`DataOwner.answers_left`): the
-tape never holds an answer a ledger would refuse. :func:`log_tape` writes the tape's rows to an
-event log, paying every answer from the owners' ledgers as it goes.
+A tape holds what the run exchange by exchange decides, from the same streams in the same order,
+so the same seed gives the same tape: the owner and time of every update k, the index j of that
+answer among its owner's answers (which noise draw it carries), the iteration whose model its
+query point was made of, the ticks at which an owner whose budget is spent refuses and leaves, and
+why the run stopped. In the ideal network the tape is drawn in bulk (:func:`ideal_tapes`), as
+:func:`dpmarket.training.run_uniform` would draw it; refusals and caps come from the owners'
+ledgers (:meth:`DataOwner.answers_left`), so a tape never holds an answer a ledger would refuse, and
+:func:`log_tape` writes its rows, paying every answer from the ledgers. In the SimPy networks the
+engine itself drives a :class:`Recorder`, which logs and pays exactly as the run's
+:class:`~dpmarket.training.Training` and computes nothing (:func:`network_tape`).
 """
 
 from __future__ import annotations
