@@ -67,8 +67,10 @@ class Answers:
             rows = self.gather(slots) if rows is None else rows
             product = np.matmul(np.take(self.A, slots, axis=0), thetas[:, :, None])[:, :, 0]
             return rows.two_n[:, None] * (product - rows.b)
+        if len(slots) == 1:  # one replication: no grouping
+            return self.records(int(slots[0]), thetas)
         out = np.empty_like(thetas)
-        for slot in np.unique(slots).tolist():
+        for slot in dict.fromkeys(slots.tolist()):
             at = np.flatnonzero(slots == slot)
             out[at] = self.records(slot, thetas[at])
         return out
@@ -186,10 +188,13 @@ class Noise:
 class AsyncBatch:
     """R copies of :class:`~dpmarket.learner.AsyncLearner`'s state, updated together."""
 
-    def __init__(self, learner: AsyncLearner, replications: int) -> None:
+    def __init__(self, learner: AsyncLearner, replications: int, staleness: int = 0) -> None:
         self.c = learner
         p, N = learner.theta_L.shape[0], learner.N
         self.theta_L = np.zeros((replications, p))
+        # θ_L after each of the last ``staleness`` + 1 updates, when a query may be that old (a ring)
+        self.window = staleness + 1
+        self.history = np.zeros((self.window * replications, p)) if staleness else None
         self.theta = np.zeros((replications, N, p))
         self.copies = self.theta.reshape(replications * N, p)  # row r·N + i: replication r's θ_i
         self.counts = np.zeros((replications, N), dtype=np.int64)
@@ -202,16 +207,24 @@ class AsyncBatch:
         """θ_L of every replication."""
         return self.theta_L
 
-    def block(self, slots: np.ndarray, noise: Drawn, answers: Answers) -> Block:
-        """What a block of updates of owners ``slots`` (update-major) needs, gathered once."""
-        return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
+    def block(self, slots: np.ndarray, noise: Drawn, answers: Answers, query: np.ndarray | None) -> Block:
+        """What a block of updates of owners ``slots`` (update-major) needs, gathered once; ``query``:
+        the updates done when each query was sent (None: the one before)."""
+        past = None
+        if self.history is not None:  # the row of θ_L at each query in the ring of recent θ_L
+            past = (query % self.window) * len(self.offsets) + np.arange(len(self.offsets))
+        return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise,
+                     past)
 
     def step(self, rows: np.ndarray | None, u: Step, answers: Answers) -> None:
         """Update k + 1 of the replications ``rows`` (None: all) with the owners, noise and statistics
         of ``u``, as :meth:`AsyncLearner.update` computes it after the owner's answer."""
         c = self.c
         self.k += 1
-        theta_L = self.theta_L if rows is None else self.theta_L[rows]
+        if u.past is not None:  # θ_L when the query was sent, possibly before other updates
+            theta_L = np.take(self.history, u.past, axis=0)
+        else:
+            theta_L = self.theta_L if rows is None else self.theta_L[rows]
         theta_bar = 0.5 * (theta_L + np.take(self.copies, u.flat, axis=0))
         answer = answers.of(u.slots, theta_bar, u.gathered) + u.noise
         grad_g = (2.0 * c.lam) * theta_bar
@@ -227,6 +240,9 @@ class AsyncBatch:
             self.theta_L = central
         else:
             self.theta_L[rows] = central
+        if self.history is not None:
+            start = (self.k % self.window) * len(self.offsets)
+            self.history[start:start + len(self.offsets)] = self.theta_L
 
 
 @dataclass(frozen=True)
@@ -239,6 +255,7 @@ class Step:
     share: np.ndarray
     gathered: Gathered | None
     noise: np.ndarray
+    past: np.ndarray | None
 
 
 @dataclass(frozen=True)
@@ -250,10 +267,12 @@ class Block:
     share: np.ndarray
     gathered: Gathered | None
     noise: Drawn
+    past: np.ndarray | None  # rows of the ring of recent θ_L holding each query's θ_L
 
     def __getitem__(self, at) -> Step:
         gathered = None if self.gathered is None else self.gathered[at]
-        return Step(self.slots[at], self.flat[at], self.share[at], gathered, self.noise[at])
+        past = None if self.past is None else self.past[at]
+        return Step(self.slots[at], self.flat[at], self.share[at], gathered, self.noise[at], past)
 
 
 class SyncBatch:
@@ -304,7 +323,8 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
     (a template: only its constants are read) and keep the models after the updates ``at``."""
     at = sorted(set(int(k) for k in at))
     asynchronous = isinstance(learner, AsyncLearner)
-    batch = AsyncBatch(learner, len(tapes)) if asynchronous else SyncBatch(learner, len(tapes))
+    staleness = max((t.staleness for t in tapes), default=0)
+    batch = AsyncBatch(learner, len(tapes), staleness) if asynchronous else SyncBatch(learner, len(tapes))
     answers, noise = Answers(owners), Noise(seeds, owners, capacity)
     ends = np.array([t.updates for t in tapes], dtype=np.int64)
     models = np.zeros((len(at), len(tapes), learner.model.shape[0]))
@@ -325,7 +345,8 @@ def _replay_block(batch, tapes: list[Tape], noise: Noise, answers: Answers, ends
     asynchronous = isinstance(batch, AsyncBatch)
     if asynchronous:
         slots = _slots(tapes, k0, k1)
-        table = batch.block(slots, noise.exchanges(tapes, k0, k1, slots), answers)
+        query = _queries(tapes, k0, k1) if batch.history is not None else None
+        table = batch.block(slots, noise.exchanges(tapes, k0, k1, slots), answers, query)
     else:
         table = noise.rounds(tapes, k0, k1)
     shortest = int(ends.min())
@@ -340,6 +361,16 @@ def _replay_block(batch, tapes: list[Tape], noise: Noise, answers: Answers, ends
 def _slots(tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
     """(k1 − k0, R): the owner of each update of each tape (0 past its end, never applied)."""
     return _column(tapes, k0, k1, "owner")
+
+
+def _queries(tapes: list[Tape], k0: int, k1: int) -> np.ndarray:
+    """(k1 − k0, R): the updates done when each update's query was sent (k − 1 without staleness)."""
+    out = np.arange(k0, k1)[:, None].repeat(len(tapes), axis=1)
+    for r, tape in enumerate(tapes):
+        if tape.query is not None:
+            part = tape.query[k0:k1]
+            out[:len(part), r] = part
+    return out
 
 
 def _column(tapes: list[Tape], k0: int, k1: int, name: str) -> np.ndarray:

@@ -7,6 +7,7 @@ DP noise, and two compensation policies can be compared on common random numbers
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterator
 
@@ -15,6 +16,7 @@ import numpy as np
 STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market")
 
 
+@functools.cache  # a handful of names; hashing one costs a tenth of a stream
 def _stream_key(name: str) -> int:
     """A stable 32-bit integer for a stream name (Python's hash() is salted per process)."""
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little")

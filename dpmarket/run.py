@@ -170,7 +170,7 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     the key of the budget (the calibration's search range is in dpmarket/accounting.py)."""
     p = scenario.privacy
     delta = scenario.owner_value(i, "delta")
-    _check_budget(scenario, i, xi, answers, int(consortium.sizes[i]), epsilon)
+    _check_budget(scenario, i, xi, answers, consortium.owners[i].n, epsilon)  # not sizes: O(N) per call
     try:
         return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss, epsilon, answers,
                          xi, streams.stream(scenario.seed, "noise", i), clip, p.mechanism, p.accountant,

@@ -1,22 +1,27 @@
-"""The schedule of a run in the ideal network: who is asked when, decided before any learning.
+"""The schedule of a run: who is asked when, decided before any learning.
 
-In the ideal network nothing about *who* talks *when* depends on θ: the ticking owner is drawn
-from the clocks, and an owner refuses only once its ledger cannot pay another answer, which
-depends on how many it gave, not on what they said. So a run splits into schedule → replay →
-measure (design §9): this module writes the exchange *tape* of a run, :mod:`dpmarket.replay`
-applies the answers of many tapes at once, :mod:`dpmarket.measure` scores the models.
+Nothing about *who* talks *when* depends on θ: the ticking owner is drawn from the clocks, the
+channel decides collisions and losses from times, and an owner refuses only once its ledger cannot
+pay another answer, which depends on how many it gave, not on what they said. So a run splits into
+schedule → replay → measure (design §9): this module writes the exchange *tape* of a run,
+:mod:`dpmarket.replay` applies the answers of many tapes at once, :mod:`dpmarket.measure` scores
+the models.
 
-A tape holds exactly what the inline driver (:func:`dpmarket.training.run_uniform`) decides, drawn
-from the same streams in the same order, so the same seed gives the same tape: the owner and time
-of every exchange k, the index j of that answer among its owner's answers (which noise draw it
-carries), the ticks at which an owner whose budget is spent refuses and leaves, and why the run
-stopped. Refusals and caps come from the owners' ledgers (:meth:`DataOwner.answers_left`): the
-tape never holds an answer a ledger would refuse. :func:`log_tape` writes the tape's rows to an
-event log, paying every answer from the owners' ledgers as it goes.
+A tape holds what the run exchange by exchange decides, from the same streams in the same order,
+so the same seed gives the same tape: the owner and time of every update k, the index j of that
+answer among its owner's answers (which noise draw it carries), the iteration whose model its
+query point was made of, the ticks at which an owner whose budget is spent refuses and leaves, and
+why the run stopped. In the ideal network the tape is drawn in bulk (:func:`ideal_tapes`), as
+:func:`dpmarket.training.run_uniform` would draw it; refusals and caps come from the owners'
+ledgers (:meth:`DataOwner.answers_left`), so a tape never holds an answer a ledger would refuse, and
+:func:`log_tape` writes its rows, paying every answer from the ledgers. In the SimPy networks the
+engine itself drives a :class:`Recorder`, which logs and pays exactly as the run's
+:class:`~dpmarket.training.Training` and computes nothing (:func:`network_tape`).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -25,7 +30,7 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.events import EventLog
 from dpmarket.owners import DataOwner
-from dpmarket.training import Superposition
+from dpmarket.training import Metrics, Superposition, Training
 
 LEAVE_DETAIL = "budget spent: stops taking part"
 SMALL = 16  # owners up to which answer indices are running counts rather than a sort
@@ -47,7 +52,8 @@ class Tape:
     ``owner`` is the slot asked at each exchange (asynchronous learners) or empty when every owner
     answers each round (synchronous learners, ``rounds`` true); ``answer`` is the index j of that
     answer among its owner's answers (the j-th noise draw of its stream; in rounds, j = k − 1 for
-    every owner).
+    every owner). ``query`` is, in a network, the number of updates applied when each update's query
+    point was computed (several channels let exchanges overlap); None means the one before, k − 1.
     """
 
     owner: np.ndarray  # int64 (K,), or (0,) for rounds
@@ -56,6 +62,14 @@ class Tape:
     leaves: tuple[Leave, ...]
     stop_reason: str
     rounds: bool
+    query: np.ndarray | None = None  # int64 (K,): updates done when each update's query was sent
+
+    @property
+    def staleness(self) -> int:
+        """The most updates applied between an update's query and its own application (0: none)."""
+        if self.query is None or not len(self.query):
+            return 0
+        return int(np.max(np.arange(len(self.query)) - self.query))
 
     @property
     def updates(self) -> int:
@@ -257,3 +271,83 @@ def _pay(owner: DataOwner) -> float:
     if not owner.ledger.try_pay(owner.charge):
         raise RuntimeError(f"owner {owner.index}: the tape holds an answer its ledger refuses")
     return owner.epsilon_spent
+
+
+class Recorder(Training):
+    """The schedule of a run in a network: the SimPy engine drives it exactly as it drives a run's
+    :class:`~dpmarket.training.Training`, and it logs the same rows and pays the same ledgers, but
+    computes nothing: a query returns the number of updates done (the iteration whose model the
+    query point is made of), an answer the index j of the owner's answer (its j-th noise draw), and
+    an update goes on the tape. Nothing the engine decides depends on the model, only on the ledgers
+    (an owner refuses once its budget is spent), so the engine runs exactly as it would with the
+    learner, and :mod:`dpmarket.replay` applies the tape afterwards.
+    """
+
+    def __init__(self, owners: list[DataOwner], log: EventLog, record_at: np.ndarray) -> None:
+        self.owners, self.log, self._record = owners, log, log.record
+        self.progress, self.stop_reason, self.time = None, "", 0.0
+        self._record_at = iter(np.unique(record_at).tolist())
+        self._due = next(self._record_at)
+        self.metrics = Metrics()  # k and time as the run records them; ψ is measured after the replay
+        self._updates: list[tuple[int, float, int, int]] = []  # owner, time, answer j, query's k
+        self._measure()
+
+    @property
+    def k(self) -> int:
+        return len(self._updates)
+
+    def query(self, owner: int, time: float, channel: int | None = None) -> int:
+        self.time = time
+        self._record(time, "query", owner, None, None, channel, None)
+        return self.k
+
+    def answer(self, owner: int, theta: int, time: float, channel: int | None = None) -> int | None:
+        self.time = time
+        who = self.owners[owner]
+        if not who.ledger.try_pay(who.charge):
+            self._record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
+            return None
+        self._record(time, "response", owner, None, who.epsilon_spent, channel, None)
+        return who.ledger.answers - 1  # the answers paid before this one: its noise draw
+
+    def apply(self, owner: int, theta_bar: int, answer: int, time: float, channel: int | None = None) -> None:
+        self.time = time
+        self._updates.append((owner, time, answer, theta_bar))
+        self._record(time, "update", owner, self.k, None, channel, None)
+        self._measure()
+
+    def _measure(self) -> None:
+        if self.k == self._due:
+            self.metrics.add(self.k, self.time, float("nan"))
+            self._due = next(self._record_at, -1)
+
+    def finish(self) -> None:
+        self.metrics.add(self.k, self.time, float("nan"))
+
+    def tape(self, stop_reason: str) -> Tape:
+        """The updates so far as a tape (the engine's events are in the log)."""
+        table = np.array(self._updates, dtype=object).reshape(-1, 4)
+        owner, answer, query = (table[:, c].astype(np.int64) for c in (0, 2, 3))
+        return Tape(owner, table[:, 1].astype(float), answer, (), stop_reason, False, query)
+
+
+def fresh(owners: list[DataOwner]) -> list[DataOwner]:
+    """Copies of ``owners`` with their ledgers as they are now (a replication pays its own)."""
+    out = []
+    for owner in owners:
+        twin = copy.copy(owner)
+        twin.ledger = copy.copy(owner.ledger)
+        out.append(twin)
+    return out
+
+
+def network_tape(scenario, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
+                 log: EventLog | None = None) -> tuple[Tape, Recorder, object]:
+    """Run the SimPy engine of ``scenario`` (its seed: the replication's) on copies of ``owners`` that
+    pay their own ledgers; the tape, the recorder (metrics' k and time, event counts) and the
+    engine's report."""
+    from dpmarket.sim import run_network  # deferred: SimPy is needed only here
+
+    recorder = Recorder(fresh(owners), log if log is not None else EventLog(None), record_at)
+    network = run_network(scenario, recorder, names)
+    return recorder.tape(network.stop_reason), recorder, network

@@ -261,18 +261,22 @@ intercept = true
 iterations = 1500
 rho = 3.0
 [network]
-mode = "request"  # per-exchange simulation: slow enough to interrupt (the ideal network is replayed)
+mode = "request"  # the SimPy engine schedules each replication: slow enough to interrupt
 [output]
 metric_points = 5
 plots = false
 """
 
 
+EPSILONS = "1,2,5,10,20,50,100,200"
+
+
 def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tmp_path):
     path = tmp_path / "slow.toml"
     path.write_text(SLOW)
-    args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", "privacy.epsilon=1,10",
-            "--replications", "64", "--executor", "process", "--workers", "2", "--quiet"]
+    # eight cells of 16: replayed, a task is a whole cell, so the interrupt finds tasks still queued
+    args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", f"privacy.epsilon={EPSILONS}",
+            "--replications", "16", "--executor", "process", "--workers", "2", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
@@ -293,7 +297,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     assert done.returncode == 0, done.stderr
     clean = make_plan("sweep", tiny(name="slowish", seed=9, learner={"iterations": 1500},
                                     network={"mode": "request"}, output={"metric_points": 5, "plots": False}),
-                      ["privacy.epsilon=1,10"], 64, "t")
+                      [f"privacy.epsilon={EPSILONS}"], 16, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")
     assert json.loads((out / "sweep.json").read_text())["reused_replications"] >= len(saved)

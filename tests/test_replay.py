@@ -1,6 +1,6 @@
 """Schedule → replay → measure against the inline path (design §9).
 
-For every loss, algorithm and schedule the ideal network covers, the batched replay of several
+For every loss, algorithm and network schedule, the batched replay of several
 replications must give each replication's inline run: θ_L (or the synchronous model) within 10⁻¹²
 relative at every recorded k, the same metrics (k, time, ψ), stop reason and refusals, and the
 schedule's event rows must be the inline events.csv byte for byte. Each comparison is shown to fail
@@ -24,7 +24,8 @@ from dpmarket.experiment.grid import pin_data_seed
 from dpmarket.market.stage import settle_market
 from dpmarket.replications import run_cell
 from dpmarket.run import build_owners, member_view, prepare, train
-from dpmarket.schedule import capacities, log_tape
+from dpmarket.schedule import capacities, log_tape, network_tape
+from dpmarket.training import record_points
 from tests.helpers import tiny
 
 RELATIVE = 1e-12
@@ -32,6 +33,13 @@ SEEDS = (11, 12, 13, 14)
 LONG = {"iterations": 150, "rho": 3.0}
 MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
           "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
+
+REQUEST = {"mode": "request", "clock_rate": 2.0, "transmission_time": 0.05, "latency": 0.02,
+           "loss_probability": 0.15, "dropout": {"mean_online": 3.0, "mean_offline": 1.0}}
+BROADCAST = {"mode": "broadcast", "clock_rate": 0.6, "broadcast_interval": 0.5, "transmission_time": 0.1,
+             "latency": 0.05, "loss_probability": 0.1, "channels": 2,
+             "dropout": {"mean_online": 3.0, "mean_offline": 1.0}}
+STALE = ("request_two_channels_sensing", "broadcast_no_collisions_clip")  # queries older than k − 1
 
 CASES = {
     "squared_async": {},
@@ -57,6 +65,16 @@ CASES = {
                            "privacy": {"sensitivity": "clip", "clip": 2.0}},
     "hinge_sync": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"},
                    "learner": {"algorithm": "sync", "iterations": 20, "rho": 3.0}},
+    "request": {"network": REQUEST, "data": {"owners": 5}, "learner": LONG},
+    "request_capped_logistic": {"network": REQUEST, "data": {"owners": 5, "kind": "card_fraud"},
+                                "model": {"loss": "logistic"}, "privacy": {"split": "capped", "cap": 12},
+                                "learner": LONG},
+    "request_two_channels_sensing": {"network": {**REQUEST, "channels": 2, "carrier_sense": True,
+                                                 "backoff": 0.1}, "data": {"owners": 5}, "learner": LONG},
+    "broadcast": {"network": BROADCAST, "data": {"owners": 5}, "learner": LONG},
+    "broadcast_no_collisions_clip": {"network": {**BROADCAST, "collisions": False, "clock_rate": 3.0},
+                                     "data": {"owners": 5}, "learner": LONG,
+                                     "privacy": {"sensitivity": "clip", "clip": 2.0}},
     "market_decliners": {"market": MARKET, "data": {"owners": 4},
                          "owners": [{"cost_coef": 0.05}, {"cost_coef": 0.5}, {"cost_coef": 10.0},
                                     {"cost_coef": 0.2}]},
@@ -99,12 +117,19 @@ def inline(scenario, prepared, market, seed: int, events: Path):
 
 
 def replayed_events(scenario, prepared, market, cell, r: int, path: Path) -> None:
-    """events.csv from replication r's tape, its answers paid by fresh owners' ledgers."""
+    """events.csv of replication r's schedule: its tape's rows, its answers paid by fresh owners'
+    ledgers (ideal network), or the SimPy engine driving a recorder again with a file log."""
     owners = build_owners(scenario, prepared.consortium, prepared.objective, *deal(market))
     ids = [o.index for o in owners]
-    renumber = ids if member_view(scenario, ids, prepared.consortium.names) is not scenario else None
-    with EventLog(path, renumber) as log:
-        log_tape(cell.tapes[r], owners, log)
+    view = member_view(scenario, ids, prepared.consortium.names)
+    with EventLog(path, ids if view is not scenario else None) as log:
+        if scenario.network.mode == "ideal":
+            log_tape(cell.tapes[r], owners, log)
+            return
+        points = record_points(scenario.learner.iterations, scenario.output.metric_points)
+        seeded = view.model_copy(update={"seed": cell.seeds[r]})
+        tape, _, _ = network_tape(seeded, owners, [o.name for o in owners], points, log)
+        assert np.array_equal(tape.owner, cell.tapes[r].owner)
 
 
 def mismatches(case: str, tmp_path: Path) -> list[str]:
@@ -124,9 +149,10 @@ def mismatches(case: str, tmp_path: Path) -> list[str]:
             found.append(f"seed {seed}: θ differs by {np.max(np.abs(batched - models)):.2e}")
         if ours.psi != metrics.psi:
             found.append(f"seed {seed}: ψ differs")
-        if (cell.tapes[r].stop_reason, cell.refusals(r)) != (run.training.stop_reason,
-                                                             run.training.log.counts["refusal"]):
-            found.append(f"seed {seed}: stop reason or refusals differ")
+        facts, t = cell.facts[r], run.training
+        reason = run.network.stop_reason if run.network else t.stop_reason
+        if (facts.stop_reason, facts.counts, facts.time) != (reason, t.log.counts, t.time):
+            found.append(f"seed {seed}: stop reason, event counts or time differ")
         replayed_events(scenario, prepared, market, cell, r, tmp_path / f"replay-{r}.csv")
         if (tmp_path / f"replay-{r}.csv").read_bytes() != (tmp_path / f"inline-{r}.csv").read_bytes():
             found.append(f"seed {seed}: events.csv differs")
@@ -140,6 +166,7 @@ def test_replay_gives_the_inline_runs(case, tmp_path):
 
 RIGHT_DRAW, RIGHT_TAPES = replay_module.Noise._draw, schedule_module.ideal_tapes
 RIGHT_OF, RIGHT_EVERY = replay_module.Answers.of, replay_module.Answers.every
+RIGHT_QUERY, RIGHT_APPLY = schedule_module.Recorder.query, schedule_module.Recorder.apply
 
 
 def shifted_noise(self, r, slot, count):
@@ -171,10 +198,29 @@ def late_times(*args, **kwargs):
     return late
 
 
+def test_some_network_updates_use_query_points_older_than_the_last_update():
+    """Two channels, or a broadcast slot that applies several answers, make exchanges overlap: the
+    replay then needs θ_L as it was when each query was sent (its ring of recent θ_L)."""
+    for case in STALE:
+        scenario, prepared, market = setup(case)
+        cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market))
+        assert max(t.staleness for t in cell.tapes) > 0, case
+
+
+def early_apply(self, owner, theta_bar, answer, time, channel=None):
+    """A wrong network schedule: each update stamped with the time its query was sent."""
+    return RIGHT_APPLY(self, owner, theta_bar, answer, self.sent[owner], channel)
+
+
+def noting_query(self, owner, time, channel=None):
+    self.sent = {**getattr(self, "sent", {}), owner: time}
+    return RIGHT_QUERY(self, owner, time, channel)
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monkeypatch):
     """Every equality test above fails with an answer index off by one, answers from the wrong owner,
-    or exchange times off by one tick (events.csv and metrics)."""
+    or update times off (one tick late in the ideal network, the query's time in a network)."""
     monkeypatch.setattr(replay_module.Noise, "_draw", shifted_noise)
     assert any("θ differs" in m for m in mismatches(case, tmp_path / "noise"))
     monkeypatch.undo()
@@ -182,7 +228,11 @@ def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monk
     monkeypatch.setattr(replay_module.Answers, "every", wrong_every)
     assert any("θ differs" in m for m in mismatches(case, tmp_path / "owner"))
     monkeypatch.undo()
-    monkeypatch.setattr("dpmarket.replications.ideal_tapes", late_times)
+    if CASES[case].get("network", {}).get("mode", "ideal") == "ideal":
+        monkeypatch.setattr("dpmarket.replications.ideal_tapes", late_times)
+    else:
+        monkeypatch.setattr(schedule_module.Recorder, "query", noting_query)
+        monkeypatch.setattr(schedule_module.Recorder, "apply", early_apply)
     found = mismatches(case, tmp_path / "time")
     assert any("events.csv" in m for m in found) and any("times differ" in m for m in found)
 
@@ -270,7 +320,7 @@ def test_experiments_are_byte_identical_replayed_or_simulated(kind, tmp_path, mo
     run = study.run_sweep if kind == "sweep" else study.run_replications
     run(plan, tmp_path / "serial", study.Execution("serial"))
     run(plan, tmp_path / "process", study.Execution("process", 2))
-    monkeypatch.setattr(task, "replayable", lambda scenario: False)
+    monkeypatch.setattr(task, "batched", lambda scenario, replications: False)
     run(plan, tmp_path / "inline", study.Execution("serial"))
     monkeypatch.undo()
     inline = experiment_files(tmp_path / "inline")
@@ -297,8 +347,8 @@ def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_
         return c.forecast, [r.psi.tolist() for r in c.results]
 
     replayed = outcome("replayed")
-    monkeypatch.setattr("dpmarket.replications.replayable", lambda scenario: False)  # the pilots'
-    monkeypatch.setattr("dpmarket.market.simulate.replayable", lambda scenario: False)  # the policies'
+    monkeypatch.setattr("dpmarket.replications.batched", lambda scenario, n: False)  # the pilots'
+    monkeypatch.setattr("dpmarket.market.simulate.batched", lambda scenario, n: False)  # the policies'
     monkeypatch.setattr("dpmarket.replications.replay", None)  # the inline path must not reach the kernel
     inline = outcome("inline")
     monkeypatch.undo()

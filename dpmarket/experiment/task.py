@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dpmarket.replications import replayable, run_cell
+from dpmarket.replications import batched, run_cell
 from dpmarket.roster import Roster
 from dpmarket.run import Prepared, execute, prepare
 from dpmarket.scenario import Scenario
@@ -89,9 +89,9 @@ def run_task(task: Task) -> list[dict]:
 
     A cell with a [market] negotiates once, under the cell's own seed, as ``run`` and the
     ``market`` command do: its replications train on that one deal (the same participants and
-    budgets) and vary only the run's randomness, so the cell has one owner table. In the ideal
-    network the replications are scheduled, replayed together and measured in one batch
-    (:mod:`dpmarket.replications`), with the records the inline runs give.
+    budgets) and vary only the run's randomness, so the cell has one owner table. The replications
+    are scheduled, replayed together and measured in one batch (:mod:`dpmarket.replications`), with
+    the records the runs exchange by exchange give.
     """
     prepared = prepared_for(task.scenario)
     market = None
@@ -99,7 +99,7 @@ def run_task(task: Task) -> list[dict]:
         from dpmarket.market.stage import settle_market  # deferred: only market cells need it
 
         market = settle_market(task.scenario, prepared)
-    if replayable(task.scenario):
+    if batched(task.scenario, len(task.seeds)):
         return replayed_records(task, prepared, market)
     return [replicate(task, r, seed, prepared, market)
             for r, seed in zip(task.replications, task.seeds, strict=True)]
@@ -123,7 +123,7 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
 
 
 def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None) -> list[dict]:
-    """Every replication of ``task`` in the ideal network through schedule → replay → measure."""
+    """Every replication of ``task`` through schedule → replay → measure."""
     deal = (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
     cell = run_cell(task.scenario, task.seeds, prepared.consortium, prepared.objective, *deal)
     psi_zero = float(prepared.objective.psi(np.zeros(prepared.objective.p)))
@@ -131,10 +131,12 @@ def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None)
     owners = owner_record(prepared, roster, cell.owners, market is not None)
     records = []
     for r, (replication, seed) in enumerate(zip(task.replications, task.seeds, strict=True)):
-        tape, m = cell.tapes[r], cell.metrics[r]
+        tape, m, facts = cell.tapes[r], cell.metrics[r], cell.facts[r]
+        counts = facts.counts
         run = {"psi_final": float(m.psi[-1]), "psi_zero": psi_zero, "iterations": tape.updates,
-               "stop_reason": tape.stop_reason, "collisions": 0, "dropouts": 0, "losses": 0,
-               "refusals": cell.refusals(r), "simulated_time": tape.end_time}
+               "stop_reason": facts.stop_reason, "collisions": counts["collision"],
+               "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
+               "simulated_time": float(facts.time)}
         records.append(make_record(task, replication, seed, run, owners, m))
     return records
 

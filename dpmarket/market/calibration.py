@@ -121,7 +121,7 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
     The data seed is pinned: a pilot's seed changes its clocks and noise, never the proxy or ρ.
     """
-    from dpmarket.replications import final_psis, replayable  # deferred: run imports the market layer
+    from dpmarket.replications import batched, final_psis  # deferred: run imports the market layer
     from dpmarket.run import train
 
     with progress.phase("forecast: the pilots' data"):
@@ -132,7 +132,7 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     groups: dict[tuple, list[float]] = {}
     plan = pilot_plan(scenario, N)
     with progress.phase("forecast: pilot runs", total=len(plan), unit="run") as step:
-        if replayable(pinned):  # each budget and subset's replications replayed together
+        if batched(pinned, scenario.market.pilots.replications):  # each budget and subset's together
             for (members, epsilon), seeds in _by_group(plan).items():
                 groups[members, epsilon] = final_psis(pinned, seeds, data, target, np.array(members),
                                                       np.full(N, epsilon))

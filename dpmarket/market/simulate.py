@@ -19,7 +19,7 @@ import numpy as np
 from dpmarket import processes
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
-from dpmarket.replications import replayable
+from dpmarket.replications import batched
 
 Job = tuple[np.ndarray, np.ndarray, int]  # participants (indices), ε of every owner, run seed
 _SHARED: tuple | None = None  # (scenario, consortium, objective) in a worker
@@ -31,7 +31,8 @@ def final_psi(scenario, consortium, objective, jobs: list[Job], workers: int = 1
     ``progress`` counts the runs."""
     shared = (scenario, consortium, objective)
     with progress_of(progress).phase("training the policies' runs", total=len(jobs), unit="run") as bar:
-        if replayable(scenario):  # each policy's replications replayed together, here
+        seeds = len({seed for _, _, seed in jobs})  # every policy's runs share the seeds
+        if batched(scenario, seeds):  # each policy's replications replayed together, here
             return _replayed(shared, jobs, bar)
         if workers <= 1 or len(jobs) <= 1:
             out = []
