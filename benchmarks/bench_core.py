@@ -35,11 +35,12 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.events import EventLog
 from dpmarket.models import Objective, make_loss
 from dpmarket.privacy import laplace_scale
-from dpmarket.run import build_owners, execute, sensitivity
+from dpmarket.run import execute
 from dpmarket.scenario import load
 from dpmarket.stepsize import resolve_step
 from dpmarket.training import Training, make_learner, record_points

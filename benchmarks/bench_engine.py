@@ -40,8 +40,9 @@ from pathlib import Path
 import numpy as np
 import simpy
 
+from dpmarket.cohort import build_owners
 from dpmarket.events import EventLog
-from dpmarket.run import Prepared, build_owners, prepare
+from dpmarket.problem import Prepared, prepare
 from dpmarket.scenario import load
 from dpmarket.sim.engine import Engine
 from dpmarket.stepsize import resolve_step

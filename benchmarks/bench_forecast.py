@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from timing import best_of
 
-from dpmarket import run
+from dpmarket import inline, problem
 from dpmarket.market import calibration, compare
 from dpmarket.market.law import LawForecast
 from dpmarket.scenario import POLICIES, load
@@ -44,14 +44,14 @@ def accuracy(replications: int, cache: Path) -> tuple[compare.Comparison, float]
     scenario = load(ROOT / "scenarios" / "banks_market.toml")
     seed = scenario.seed if scenario.data.seed is None else scenario.data.seed  # as compare() pins it
     base = scenario.model_copy(update={"data": scenario.data.model_copy(update={"seed": seed})})
-    prepared = run.prepare(base)
+    prepared = problem.prepare(base)
     start = time.perf_counter()
     calibration.resolve(base, prepared.consortium, prepared.objective, cache)
     calibrate = time.perf_counter() - start
     return compare.compare(scenario, list(POLICIES), replications, cache), calibrate
 
 
-def report(c: compare.Comparison, prepared: run.Prepared, cache: Path) -> None:
+def report(c: compare.Comparison, prepared: problem.Prepared, cache: Path) -> None:
     """The per-policy table of part 1."""
     forecast, source = calibration.resolve(c.scenario, prepared.consortium, prepared.objective, cache)
     plain = LawForecast(forecast.inputs)  # the same law with multipliers 1 and 1
@@ -73,10 +73,10 @@ def report(c: compare.Comparison, prepared: run.Prepared, cache: Path) -> None:
               f"{se:>8.2g} {ratio:>8.3f} {uncalibrated:>8.3f}  {verdict(ratio)}")
 
 
-def costs(c: compare.Comparison, prepared: run.Prepared, calibrate: float, repeats: int) -> None:
+def costs(c: compare.Comparison, prepared: problem.Prepared, calibrate: float, repeats: int) -> None:
     """Part 2: the calibration against one training run of all ten banks."""
     N = len(prepared.consortium.owners)
-    reference = best_of(repeats, lambda: run.train(c.scenario, prepared.consortium, prepared.objective,
+    reference = best_of(repeats, lambda: inline.train(c.scenario, prepared.consortium, prepared.objective,
                                                    np.arange(N), np.full(N, 10.0)))
     pilots = c.scenario.market.pilots
     count = pilots.levels * pilots.subsets * pilots.replications
@@ -92,7 +92,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp)
         c, calibrate = accuracy(3 if args.quick else 10, cache)
-        prepared = run.prepare(c.scenario)
+        prepared = problem.prepare(c.scenario)
         report(c, prepared, cache)
         costs(c, prepared, calibrate, 2 if args.quick else 5)
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")

@@ -3,7 +3,7 @@
 Run from the repository root:  python benchmarks/bench_market.py [--quick]
 
 1. Settling each policy on ny_hospitals' 86 hospitals (sellers built, the uncalibrated law), against
-   one training run of the same scenario measured in the same process (``run.train``, T = 1,000
+   one training run of the same scenario measured in the same process (``inline.train``, T = 1,000
    in its request-mode network). Target: every policy < 0.25 × one training run, so the market
    stage never dominates a run or a comparison.
 2. The README's comparison (banks_market, 7 policies × 5 replications, forecast cached) as a
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from timing import best_of
 
-from dpmarket import run
+from dpmarket import inline, problem
 from dpmarket.market import calibration
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
@@ -38,9 +38,9 @@ ALL = ",".join(POLICIES)
 def settle_costs(repeats: int) -> None:
     s = load(ROOT / "scenarios/ny_hospitals.toml", ["market.offer_epsilon=10", "market.budget=800",
                                                      "market.price_per_record=1e-5"])
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
-    reference = best_of(repeats, lambda: run.train(s, consortium, objective))
+    reference = best_of(repeats, lambda: inline.train(s, consortium, objective))
     sellers = sellers_of(s, prepared)
     forecast, _ = calibration.resolve(s, consortium, objective)  # market.forecast = "law": no pilots
     print(f"1. one training run of ny_hospitals (reference): {reference * 1e3:.0f} ms "
@@ -61,13 +61,13 @@ def comparison_cost(replications: int) -> None:
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         wall = time.perf_counter() - start
     s = load(path)
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     N = len(consortium.owners)
     runs = len(POLICIES) * replications
     start = time.perf_counter()
     for j in range(runs):
-        run.train(s.model_copy(update={"seed": j}), consortium, objective, np.arange(N), np.full(N, 10.0))
+        inline.train(s.model_copy(update={"seed": j}), consortium, objective, np.arange(N), np.full(N, 10.0))
     reference = time.perf_counter() - start
     verdict = "PASS" if wall < 2 * reference + 2 and wall < 60 else "FAIL"
     print(f"2. market command, {len(POLICIES)} policies x {replications} replications: {wall:.2f} s; "

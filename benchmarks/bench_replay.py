@@ -49,11 +49,12 @@ import simpy
 from timing import best_of
 
 from dpmarket import rng
+from dpmarket.cohort import build_owners
 from dpmarket.experiment import study, task
 from dpmarket.experiment.grid import pin_data_seed
 from dpmarket.market.stage import settle_market
+from dpmarket.problem import prepare
 from dpmarket.replications import run_cell
-from dpmarket.run import build_owners, prepare
 from dpmarket.scenario import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -124,7 +124,7 @@ def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = 
                          workers=workers, progress=progress)
     resolved = load(scenario, seed, overrides)
     if out is not None:
-        from dpmarket.results import run_and_write
+        from dpmarket.output.results import run_and_write
 
         out = Path(out)
         result = run_and_write(resolved, out, progress=progress)
@@ -144,7 +144,7 @@ def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out
     import numpy as np
     import pandas as pd
 
-    from dpmarket.results import owner_rows, summary
+    from dpmarket.output.summary import owner_rows, summary
 
     m = result.training.metrics
     metrics = pd.DataFrame({"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),

@@ -199,26 +199,26 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dpmarket.painter import Painter
+    from dpmarket.output.painter import Painter
 
     scenario = _load(args)
     # Started before the heavy imports: it loads matplotlib while the rest loads and runs.
     painter = Painter(enabled=scenario.output.plots)
     try:
-        from dpmarket import results
+        from dpmarket.output import console, results
 
         out = args.out or results.default_run_dir(scenario)
         result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
     finally:
         painter.close()
-    print(results.summary_table(result, out))
+    print(console.summary_table(result, out))
     return 0
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from dpmarket import timeline
+    from dpmarket.output import timeline_plot  # deferred: matplotlib is slow to import
 
-    print(timeline.report(args.run_dir, args.owners, args.t0, args.t1))
+    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1))
     return 0
 
 

@@ -9,19 +9,27 @@ function of :mod:`dpmarket.api`, while ``from dpmarket.run import execute`` and
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import types
-from collections.abc import Callable
 
 
-def make_callable(module_name: str, function: Callable) -> None:
-    """Calling module ``module_name`` calls ``function`` (documented on the module as such)."""
+def _api(name: str):
+    """The notebook API's function ``name``, imported on first use: the computation modules made
+    callable must not import :mod:`dpmarket.api`, which imports them (no import circle)."""
+    return getattr(importlib.import_module("dpmarket.api"), name)
+
+
+def make_callable(module_name: str, api_name: str) -> None:
+    """Calling module ``module_name`` calls :mod:`dpmarket.api`'s ``api_name`` (documented as such)."""
 
     class CallableModule(types.ModuleType):
         def __call__(self, *args, **kwargs):
-            return function(*args, **kwargs)
+            return _api(api_name)(*args, **kwargs)
 
-    module = sys.modules[module_name]
-    module.__class__ = CallableModule
-    module.__signature__ = inspect.signature(function)
+        @property
+        def __signature__(self) -> inspect.Signature:
+            return inspect.signature(_api(api_name))
+
+    sys.modules[module_name].__class__ = CallableModule

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import measure
+from dpmarket.cohort import build_owners, ideal_rates, member_view
 from dpmarket.data import Consortium
 from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
 from dpmarket.replay import Replayed, replay
-from dpmarket.run import build_owners, ideal_rates, member_view
 from dpmarket.scenario import Scenario
 from dpmarket.schedule import Tape, capacities, ideal_tapes, network_tape
 from dpmarket.stepsize import StepSize, resolve_step

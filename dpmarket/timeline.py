@@ -20,7 +20,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpmarket import files
 from dpmarket.errors import DPMarketError
 
 MAX_LANES = 50
@@ -165,11 +164,6 @@ def format_tables(owners: pd.DataFrame, channels: pd.DataFrame | None, t0: float
     return "\n".join(lines)
 
 
-def _atomic(path: Path, write) -> None:
-    """Write ``path`` through a temporary sibling, so it is never seen half-written."""
-    files.write_atomic(path, lambda temp: write(str(temp)))
-
-
 def output_name(owners: str | None, t0: float | None, t1: float | None) -> str:
     """``timeline-TAG``, TAG naming the selection (``all``, ``owners-0-9,crouse``, ``from-1-to-5``…):
     the command never replaces the run's own ``timeline.png`` (which report.html shows), and
@@ -182,24 +176,3 @@ def output_name(owners: str | None, t0: float | None, t1: float | None) -> str:
     if safe != tag or len(safe) > 60:
         safe = f"{safe[:48]}-{hashlib.sha256(tag.encode()).hexdigest()[:10]}"
     return f"timeline-{safe}"
-
-
-def report(run_dir: str | Path, owners: str | None = None, t0: float | None = None,
-           t1: float | None = None) -> str:
-    """Summarise and draw a run's timeline; writes ``timeline-TAG.csv`` (the per-owner table) and
-    ``timeline-TAG.png`` into the run directory (:func:`output_name`)."""
-    run = load_run(run_dir)
-    start, stop = (0.0 if t0 is None else t0), (run.end if t1 is None else t1)
-    if stop <= start:
-        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
-    selected = select_owners(owners, list(run.owners["name"]))
-    table = owner_table(run, selected, start, stop)
-    name = output_name(owners, t0, t1)
-    csv_path, png_path = run.path / f"{name}.csv", run.path / f"{name}.png"
-    with files.writing(png_path):
-        _atomic(csv_path, lambda p: table.to_csv(p, index=False))
-        from dpmarket import timeline_plot  # deferred: matplotlib is slow to import
-
-        _atomic(png_path, lambda p: timeline_plot.draw(run, selected, start, stop, p))
-    text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
-    return f"{text}\nwritten to {png_path} and {csv_path.name}"

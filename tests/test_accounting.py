@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpmarket.accounting import composed_epsilon, epsilon_curve, noise_multiplier
+from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.errors import ScenarioError
 from dpmarket.models import Objective, make_loss
+from dpmarket.output.results import run_and_write
 from dpmarket.privacy import ComposedLedger
-from dpmarket.results import run_and_write
-from dpmarket.run import build_owners, sensitivity
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = [(1, 5.0, 1e-5), (24, 10.0, 1e-6), (24, 1.0, 1e-6), (300, 2.0, 1e-6), (1000, 10.0, 1e-6)]
@@ -312,7 +312,7 @@ def test_gaussian_owners_clip_in_l2():
 # --- the forecast follows the calibrated noise -------------------------------------------------------
 
 def law_case(mechanism: str, accountant: str):
-    from dpmarket.run import prepare
+    from dpmarket.problem import prepare
 
     scenario = tiny(data={"owners": 6, "records": [300, 500, 700, 900, 1100, 1300], "generator": "whitened"},
                     model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},

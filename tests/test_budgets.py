@@ -128,7 +128,7 @@ def test_the_quickstart_header_suggests_only_commands_that_do_what_they_say():
     assert raised[raised.index("--set") + 1] == "market.price=10"
     # "buys eps = 100 (50 for the two cautious hospitals)": the market, settled, says so too
     from dpmarket.market.stage import settle_market
-    from dpmarket.run import prepare
+    from dpmarket.problem import prepare
 
     s = load(NY, ["market.price=10"])
     eps = settle_market(s, prepare(s)).outcome.epsilon
@@ -140,7 +140,7 @@ def test_the_quickstart_header_suggests_only_commands_that_do_what_they_say():
 def test_a_market_runs_topology_carries_the_budgets_sold(tmp_path):
     import networkx as nx
 
-    from dpmarket.results import run_and_write
+    from dpmarket.output.results import run_and_write
 
     s = tiny(market={**MARKET, "price": 2.0}, owners=[{}, {}, {"cost_coef": 1.0}],
              network={"mode": "request"})

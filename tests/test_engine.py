@@ -29,7 +29,7 @@ import pytest
 from dpmarket import privacy
 from dpmarket.errors import ScenarioError
 from dpmarket.events import COLUMNS
-from dpmarket.results import write_owners
+from dpmarket.output.results import write_owners
 from dpmarket.rng import in_blocks, stream
 from dpmarket.run import execute
 from dpmarket.scenario import Scenario, load, validate

@@ -17,7 +17,7 @@ import pytest
 from helpers import ks_accepts, tiny
 from scipy import stats
 
-from dpmarket import rng, sweep_plots
+from dpmarket import rng
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
 from dpmarket.experiment import executors, publish
@@ -27,6 +27,7 @@ from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
 from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
 from dpmarket.experiment.task import Task, data_key, run_task
 from dpmarket.market.forecast import calibrate
+from dpmarket.output import sweep_plots
 from dpmarket.run import execute
 
 GRID = ["privacy.epsilon=1,10", "data.records=200,400"]

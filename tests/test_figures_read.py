@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from matplotlib.figure import Figure
 from test_sweep_plots import synthetic_owners, synthetic_sweep
 
-from dpmarket import plots, sweep_plots
-from dpmarket.axes import MIN_LABELS, log_locator, plain, text_colour
-from dpmarket.market import plots as market_plots
+from dpmarket.output import market_plots, plots, sweep_plots
+from dpmarket.output.axes import MIN_LABELS, log_locator, plain, text_colour
 from dpmarket.sim import topology
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarket import run
+from dpmarket import cohort, inline, problem, run
 from dpmarket.cli import main
 from dpmarket.data.proxy import summarise
 from dpmarket.errors import ScenarioError
@@ -51,7 +51,7 @@ def banks(tmp_path_factory):
     """The README's comparison: all seven policies, 10 replications, the calibrated law (cached)."""
     cache = tmp_path_factory.mktemp("forecasts")
     c = compare.compare(load(BANKS), list(POLICIES), replications=10, cache=cache)
-    prepared = run.prepare(c.scenario)
+    prepared = problem.prepare(c.scenario)
     forecast, _ = calibration.resolve(c.scenario, prepared.consortium, prepared.objective, cache)
     return c, forecast, prepared, cache
 
@@ -97,7 +97,7 @@ def out_of_fit(prepared, scenario, forecast, replications: int = 8) -> list[tupl
         members = np.sort(gen.permutation(N)[:size])
         mask = np.isin(np.arange(N), members)
         for eps in (10.0, 30.0):
-            psi = [run.train(scenario.model_copy(update={"seed": 500 + k}), consortium, objective, members,
+            psi = [inline.train(scenario.model_copy(update={"seed": 500 + k}), consortium, objective, members,
                              np.full(N, eps)).training.metrics.psi[-1] for k in range(replications)]
             out.append((size, eps, float(np.mean(psi)) / forecast.coalitions(eps, consortium.sizes, mask)[0]))
     return out
@@ -134,9 +134,9 @@ def noise_free(N: int, T: int, rho, decay: float, records) -> tuple[float, float
                   "learner": {"iterations": T, "rho": rho, "auto_decay": decay},
                   "privacy": {"epsilon": 1e9, "split": "capped"},
                   "output": {"metric_points": 2, "plots": False}}, "test")
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
-    runs = [run.train(s.model_copy(update={"seed": 10 + k}), consortium, objective) for k in range(6)]
+    runs = [inline.train(s.model_copy(update={"seed": 10 + k}), consortium, objective) for k in range(6)]
     psi = np.array([r.training.metrics.psi[-1] for r in runs])
     own = summarise("owners", objective, objective)  # the owners' own facts: checks the law, not the proxy
     oracle = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
@@ -162,7 +162,7 @@ def test_the_law_uses_the_step_and_caps_a_run_of_that_coalition_uses():
     s = tiny(data={"owners": 6, "records": [300, 500, 700, 900, 1100, 1300], "generator": "whitened"},
              model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},
              privacy={"split": "capped"}, owners=[{"clock_rate": 2.0}, {"cap": 9}, {}, {"clock_rate": 0.5}])
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     inputs = build_inputs(s, consortium)
     sizes = consortium.sizes.astype(float)
@@ -172,7 +172,7 @@ def test_the_law_uses_the_step_and_caps_a_run_of_that_coalition_uses():
         mask = np.isin(np.arange(6), members)[None, :]
         c = law.coalitions_of(inputs, sizes, mask)
         assert c.rho[0] == resolve_step(s, consortium, sizes[members].astype(np.int64)).rho
-        owners = run.build_owners(s, consortium, objective, members, np.full(6, 2.0))
+        owners = cohort.build_owners(s, consortium, objective, members, np.full(6, 2.0))
         assert law.caps_of(inputs, c)[0][members].tolist() == [o.answers_allowed for o in owners]
         b = 2 * inputs.sensitivity * law.caps_of(inputs, c)[0][members] / (sizes[members] * 2.0)
         assert b == pytest.approx([o.scale for o in owners], rel=1e-12)  # Theorem 1's Laplace scale
@@ -193,7 +193,7 @@ def calibrated(data: str, owners_seed: int, directory: Path):
     """The forecast calibrated for the scenario of data seed 1, given owners drawn with ``owners_seed``
     (same sizes, other records: a consortium the scenario's twin knows nothing about)."""
     s = pilot_scenario(data)
-    prepared = run.prepare(pilot_scenario(data, owners_seed))
+    prepared = problem.prepare(pilot_scenario(data, owners_seed))
     return calibration.resolve(s, prepared.consortium, prepared.objective, directory, recalibrate=True)
 
 
@@ -214,7 +214,8 @@ def test_the_cache_key_changes_with_the_pilots_data():
 
 
 def test_the_oracle_is_labelled_in_the_run_summary(tmp_path, capsys):
-    from dpmarket.results import summary, summary_table
+    from dpmarket.output.console import summary_table
+    from dpmarket.output.summary import summary
 
     s = pilot_scenario("owners")
     result = run.execute(s)
@@ -228,7 +229,7 @@ def test_the_oracle_is_labelled_in_the_run_summary(tmp_path, capsys):
 def test_law_needs_no_pilots_and_keeps_theorem_two_explicit(tmp_path):
     s = pilot_scenario("proxy").model_copy(deep=True)
     law_s = s.model_copy(update={"market": s.market.model_copy(update={"forecast": "law"})})
-    prepared = run.prepare(law_s)
+    prepared = problem.prepare(law_s)
     forecast, source = calibration.resolve(law_s, prepared.consortium, prepared.objective, tmp_path)
     assert (forecast.c0, forecast.c2, forecast.points) == (1.0, 1.0, 0) and source.startswith("law")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())  # nothing cached, no pilot ran
@@ -252,7 +253,7 @@ def test_bad_forecast_input_is_one_line_naming_the_key_and_writes_nothing(tmp_pa
 def test_the_law_refuses_a_learner_it_does_not_describe():
     s = tiny(data={"kind": "card_fraud"}, model={"loss": "hinge"},
              market={"policy": "posted_price", "price": 1.0, "forecast": "law"})
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     with pytest.raises(ScenarioError) as err:
         calibration.resolve(s, prepared.consortium, prepared.objective, Path("unused"))
     assert err.value.key == "market.forecast" and "hinge" in err.value.reason
@@ -275,7 +276,7 @@ def test_a_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path, 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.toml", "t.csv"]
     with pytest.raises(ScenarioError, match="data.table.holdout"):
         s = load(tmp_path / "m.toml", ['market.forecast="law"'])
-        prepared = run.prepare(s)
+        prepared = problem.prepare(s)
         calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path / "cache")
 
 
@@ -284,7 +285,7 @@ def test_learners_the_law_does_not_describe_fall_back_to_theorem_two(tmp_path):
     s = tiny(data={"kind": "card_fraud"}, model={"loss": "hinge"},
              market={"policy": "posted_price", "price": 1.0,
                      "pilots": {"levels": 2, "subsets": 2, "replications": 1}})
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     forecast, source = calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
     assert forecast.form == "theorem2" and source.startswith("calibrated on the public proxy")
     assert [row["members"] for row in forecast.by_size] == [3, 2]

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from dpmarket.errors import MarketError
 from dpmarket.experiment.tables import owner_rows as replicated_owner_rows
 from dpmarket.experiment.task import Task, run_task
-from dpmarket.results import owner_rows, write_run
+from dpmarket.output.results import write_run
+from dpmarket.output.summary import owner_rows
 from dpmarket.run import execute
 from dpmarket.scenario import POLICIES, validate
 

@@ -7,8 +7,9 @@ import pytest
 from helpers import chi2_accepts, ks_accepts, tiny
 from scipy import stats
 
+from dpmarket.cohort import build_owners
 from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
-from dpmarket.run import build_owners, execute
+from dpmarket.run import execute
 
 
 def reference_algorithm_1(sizes, p, T, rho, lam, tmax, owners, answers, central="printed"):

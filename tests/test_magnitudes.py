@@ -17,11 +17,13 @@ import pytest
 from helpers import TINY_TOML, tiny
 
 from dpmarket.cli import main
+from dpmarket.cohort import build_owners
 from dpmarket.data import build_consortium, magnitudes
 from dpmarket.errors import DataError, ScenarioError
 from dpmarket.models import OwnerData, make_loss
 from dpmarket.owners import LAPLACE_TAIL, DataOwner
-from dpmarket.run import build_owners, execute, prepare
+from dpmarket.problem import prepare
+from dpmarket.run import execute
 from dpmarket.scenario import validate
 
 TINY = TINY_TOML.format(plots="false")
@@ -116,7 +118,7 @@ def test_labels_that_leave_nothing_to_fit_name_the_column_and_were_a_zero_divisi
         prepare(_table(path))
     # The deliberately wrong input: without the check every ψ is 0/0 — NaN for the owners' own
     # models, and a ZeroDivisionError traceback at the first metric point of training.
-    monkeypatch.setattr("dpmarket.run.check_optimum", lambda *args: None)
+    monkeypatch.setattr("dpmarket.problem.check_optimum", lambda *args: None)
     with np.errstate(all="ignore"):
         assert np.isnan(prepare(_table(path)).own_psi).all()
     with np.errstate(all="ignore"), pytest.raises(ZeroDivisionError):

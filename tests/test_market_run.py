@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarket import run
+from dpmarket import cohort, problem, run
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
 from dpmarket.market import calibration, compare
 from dpmarket.market.forecast import Forecast, calibrate
-from dpmarket.results import owner_rows, summary
+from dpmarket.output.summary import owner_rows, summary
 from tests.helpers import tiny
 
 FORECAST = {"c0": 0.01, "c1": 0.0, "c2": 2e4}
@@ -84,7 +84,7 @@ def test_calibration_recovers_a_floor_and_both_constants():
 def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
     s = market_scenario(forecast=None, pilots={"levels": 3, "subsets": 2, "replications": 2,
                                                 "epsilon_low": 1.0, "epsilon_high": 50.0})
-    prepared = run.prepare(s)
+    prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     first, source = calibration.resolve(s, consortium, objective, tmp_path)
     assert source.startswith("calibrated on the public proxy")
@@ -104,7 +104,7 @@ def calibrated(tmp_path_factory):
     """A small market calibrated once into a cache directory: (scenario, prepared, forecast, cache file)."""
     s = market_scenario(forecast=None, pilots={"levels": 3, "subsets": 2, "replications": 1,
                                                 "epsilon_low": 1.0, "epsilon_high": 50.0})
-    prepared, cache = run.prepare(s), tmp_path_factory.mktemp("forecasts")
+    prepared, cache = problem.prepare(s), tmp_path_factory.mktemp("forecasts")
     forecast, _ = calibration.resolve(s, prepared.consortium, prepared.objective, cache)
     return s, prepared, forecast, calibration.cache_file(s, cache)
 
@@ -211,9 +211,9 @@ def test_a_market_nobody_joins_is_a_clear_error():
 # --- common random numbers -------------------------------------------------------------------------
 
 def standard_noise(scenario, members, eps, draws: int = 30) -> dict[int, np.ndarray]:
-    prepared = run.prepare(scenario)
+    prepared = problem.prepare(scenario)
     consortium, objective = prepared.consortium, prepared.objective
-    owners = run.build_owners(scenario, consortium, objective, np.asarray(members), np.asarray(eps))
+    owners = cohort.build_owners(scenario, consortium, objective, np.asarray(members), np.asarray(eps))
     return {o.index: np.array([o.noise.draw() / o.scale for _ in range(draws)]) for o in owners}
 
 

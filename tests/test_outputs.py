@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 from helpers import TINY_TOML
 
-from dpmarket import files, results
+from dpmarket import files
 from dpmarket.cli import main
 from dpmarket.errors import RunDirectoryError
 from dpmarket.experiment import study
+from dpmarket.output import results
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

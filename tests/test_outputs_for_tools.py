@@ -14,7 +14,7 @@ from test_market_run import SCENARIO as MARKET_SCENARIO
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
 from dpmarket.events import KINDS
-from dpmarket.results import run_and_write
+from dpmarket.output.results import run_and_write
 from dpmarket.timeline import load_run, owner_table
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")

@@ -9,11 +9,11 @@ import pytest
 from helpers import clip_l1, ks_accepts, mean_within, tiny
 from scipy import stats
 
+from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.errors import BudgetExhaustedError
 from dpmarket.models import Objective, make_loss
 from dpmarket.privacy import Accountant, LaplaceNoise, answer_cap
-from dpmarket.run import build_owners, sensitivity
 
 
 def owner_noise(scale_factor: float = 1.0, answers: int = 4000) -> tuple[np.ndarray, float]:

@@ -10,7 +10,7 @@ import numpy as np
 from helpers import tiny
 
 from dpmarket import progress
-from dpmarket.run import prepare
+from dpmarket.problem import prepare
 
 
 class FakeTerminal(io.StringIO):

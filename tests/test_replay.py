@@ -19,11 +19,13 @@ from hypothesis import strategies as st
 
 from dpmarket import replay as replay_module
 from dpmarket import schedule as schedule_module
+from dpmarket.cohort import build_owners, member_view
 from dpmarket.events import EventLog
 from dpmarket.experiment.grid import pin_data_seed
+from dpmarket.inline import train
 from dpmarket.market.stage import settle_market
+from dpmarket.problem import prepare
 from dpmarket.replications import run_cell
-from dpmarket.run import build_owners, member_view, prepare, train
 from dpmarket.schedule import capacities, log_tape, network_tape
 from dpmarket.training import record_points
 from tests.helpers import tiny
@@ -347,7 +349,7 @@ def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_
         return c.forecast, [r.psi.tolist() for r in c.results]
 
     replayed = outcome("replayed")
-    monkeypatch.setattr("dpmarket.replications.batched", lambda scenario, n: False)  # the pilots'
+    monkeypatch.setattr("dpmarket.market.calibration.batched", lambda scenario, n: False)  # the pilots'
     monkeypatch.setattr("dpmarket.market.simulate.batched", lambda scenario, n: False)  # the policies'
     monkeypatch.setattr("dpmarket.replications.replay", None)  # the inline path must not reach the kernel
     inline = outcome("inline")

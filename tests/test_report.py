@@ -10,9 +10,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dpmarket import report
-from dpmarket.report import Figure, Heading, Table, Text, render, run_report, write_report
-from dpmarket.results import run_and_write
+from dpmarket.output import report
+from dpmarket.output.report import Figure, Heading, Table, Text, render, run_report, write_report
+from dpmarket.output.results import run_and_write
 from tests.helpers import tiny
 
 # One real PNG (1x1, black) so figures can be embedded without drawing anything.
@@ -119,7 +119,7 @@ def test_run_report_can_be_redone_from_python(tmp_path):
 
 def test_sweep_and_replication_reports_embed_their_figures(tmp_path):
     """The sweep page shows the fit, every figure given and both tables, escaped, self-contained."""
-    from dpmarket.report import replications_report, sweep_report
+    from dpmarket.output.report import replications_report, sweep_report
 
     png = _png(tmp_path, "psi_epsilon.png")
     sweep = pd.DataFrame({"cell": [0, 1], "privacy.epsilon": [1.0, 10.0], "replications": [5, 5],
@@ -138,7 +138,7 @@ def test_sweep_and_replication_reports_embed_their_figures(tmp_path):
 
 def test_market_report_trims_the_owner_table_per_policy(tmp_path):
     """Every policy keeps its first owners in the page; the caption says how many were left out."""
-    from dpmarket.report import market_report
+    from dpmarket.output.report import market_report
 
     market = [{"policy": pol, "owner": i, "name": f"o{i}", "epsilon": 1.0}
               for pol in ("posted_price", "auction") for i in range(40)]

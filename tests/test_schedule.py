@@ -15,7 +15,7 @@ from scipy import stats
 
 from dpmarket import sequence
 from dpmarket.cli import main
-from dpmarket.plots import RunFigures, _cell_counts
+from dpmarket.output.plots import RunFigures, _cell_counts
 from dpmarket.rng import stream
 from dpmarket.run import execute
 from dpmarket.training import record_points

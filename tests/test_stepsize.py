@@ -8,11 +8,13 @@ import pytest
 from helpers import tiny
 from scipy import stats
 
+from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.data.proxy import floor_terms, public_info, twin_seed
 from dpmarket.errors import ScenarioError
 from dpmarket.models import OwnerData, clip_margins, make_loss
-from dpmarket.run import build_owners, execute, prepare, sensitivity
+from dpmarket.problem import prepare
+from dpmarket.run import execute
 from dpmarket.scenario import validate
 from dpmarket.stepsize import STABILITY_LIMIT, auto_rho, floor_law, resolve_step, stability_number
 

@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpmarket.sweep_plots import band, collaboration_grid, draw_band, draw_sweep, fit_loglog, swept_keys
+from dpmarket.output.sweep_plots import (
+    band,
+    collaboration_grid,
+    draw_band,
+    draw_sweep,
+    fit_loglog,
+    swept_keys,
+)
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 

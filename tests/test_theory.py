@@ -19,10 +19,10 @@ import pytest
 
 from dpmarket import owners as owners_module
 from dpmarket import rng as streams
+from dpmarket.cohort import build_owners
 from dpmarket.data import build_consortium
 from dpmarket.events import EventLog
 from dpmarket.models import Objective, make_loss
-from dpmarket.run import build_owners
 from dpmarket.scenario import validate
 from dpmarket.training import Training, make_learner, run_uniform
 

@@ -12,10 +12,11 @@ import numpy as np
 import pytest
 from matplotlib.axes import Axes
 
-from dpmarket import plots
 from dpmarket.cli import main
 from dpmarket.experiment.study import Execution, make_plan, run_sweep
-from dpmarket.results import figure_data, run_and_write, summary
+from dpmarket.output import plots
+from dpmarket.output.results import figure_data, run_and_write
+from dpmarket.output.summary import summary
 from dpmarket.run import execute
 from tests.helpers import tiny
 
@@ -167,7 +168,7 @@ def test_old_records_without_psi_zero_give_nan_not_an_error(tmp_path):
 
 
 def test_the_warning_starts_at_equality_and_ignores_nan():
-    from dpmarket.results import yardstick_warning
+    from dpmarket.output.console import yardstick_warning
 
     assert yardstick_warning(0.5, 0.5) is not None and yardstick_warning(0.6, 0.5) is not None
     assert yardstick_warning(0.4999, 0.5) is None and yardstick_warning(float("nan"), 0.5) is None
@@ -177,8 +178,8 @@ def test_the_warning_starts_at_equality_and_ignores_nan():
                                     "stackelberg", "auction", "marginal"])
 def test_in_a_market_run_the_warning_names_the_markets_lever(policy):
     """A market scenario refuses privacy.epsilon, so the advice names the key that buys budgets."""
-    from dpmarket.report import yardstick_text
-    from dpmarket.results import yardstick_warning
+    from dpmarket.output.console import yardstick_warning
+    from dpmarket.output.report import yardstick_text
     from dpmarket.scenario import BUDGET_KEYS
 
     warning = yardstick_warning(0.6, 0.5, policy)

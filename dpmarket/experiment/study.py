@@ -24,8 +24,8 @@ from dpmarket.experiment.executors import default_workers, run_tasks
 from dpmarket.experiment.grid import Axis, Cell, parse_grid, resolve_cells
 from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
 from dpmarket.experiment.task import Task
+from dpmarket.output.results import _write_csv
 from dpmarket.replications import replayable
-from dpmarket.results import _write_csv
 from dpmarket.scenario import Scenario
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise

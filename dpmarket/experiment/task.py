@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpmarket.problem import Prepared, prepare
 from dpmarket.replications import batched, run_cell
 from dpmarket.roster import Roster
-from dpmarket.run import Prepared, execute, prepare
+from dpmarket.run import execute
 from dpmarket.scenario import Scenario
 
 if TYPE_CHECKING:

@@ -7,6 +7,6 @@ Called, the package is the notebook API's ``dpmarket.market(scenario, policies, 
 (:func:`dpmarket.api.market`, a policy comparison; see dpmarket/entry.py).
 """
 
-from dpmarket import api, entry
+from dpmarket import entry
 
-entry.make_callable(__name__, api.market)
+entry.make_callable(__name__, "market")

@@ -32,6 +32,7 @@ from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
 from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.progress import SILENT, Progress
+from dpmarket.replications import batched, final_psis
 from dpmarket.scenario import ForecastConstants, Scenario
 
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
@@ -121,8 +122,7 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
     The data seed is pinned: a pilot's seed changes its clocks and noise, never the proxy or ρ.
     """
-    from dpmarket.replications import batched, final_psis  # deferred: run imports the market layer
-    from dpmarket.run import train
+    from dpmarket.inline import train
 
     with progress.phase("forecast: the pilots' data"):
         data, target, label = pilot_data(scenario, consortium, objective)

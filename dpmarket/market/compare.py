@@ -22,6 +22,7 @@ from dpmarket.market import calibration
 from dpmarket.market.outcome import Outcome, learner_value
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.problem import prepare
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 from dpmarket.scenario import POLICIES, Scenario, check_policy
@@ -93,7 +94,6 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     terminal) shows the data stage, the pilots and the training runs.
     """
     from dpmarket.market.simulate import final_psi
-    from dpmarket.run import prepare  # deferred: run imports the market layer
 
     base = pinned(scenario)
     progress = progress_of(progress)
@@ -149,9 +149,10 @@ def market_rows(c: Comparison) -> list[dict]:
 def write(c: Comparison, target: Path) -> list[dict]:
     """Write the comparison directory atomically: tables, figures, report.html, summary, scenario."""
 
-    from dpmarket.market import plots
-    from dpmarket.report import market_report
-    from dpmarket.results import _write_csv, run_directory
+    from dpmarket.directories import run_directory
+    from dpmarket.output import market_plots as plots
+    from dpmarket.output.report import market_report
+    from dpmarket.output.results import _write_csv
 
     rows = policy_rows(c)
     what = identity(c.scenario, [r.outcome.policy for r in c.results], c.seeds)

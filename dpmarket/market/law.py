@@ -51,6 +51,7 @@ from functools import cached_property
 
 import numpy as np
 
+from dpmarket.cohort import sensitivity
 from dpmarket.errors import ScenarioError
 from dpmarket.market.members import Prefixes, as_members
 from dpmarket.privacy import answer_caps, is_pure
@@ -386,7 +387,6 @@ def build_inputs(scenario, consortium, info=None) -> LawInputs:
     pass the owners' own summary instead, to check the law apart from the proxy's error.
     """
     from dpmarket.data.proxy import public_info  # deferred: builds the proxy only when needed
-    from dpmarket.run import sensitivity  # deferred: run imports the market layer
 
     info = public_info(scenario, consortium, owners=True) if info is None else info
     N, lr, p = len(consortium.owners), scenario.learner, scenario.privacy

@@ -15,6 +15,7 @@ import numpy as np
 from dpmarket.market import calibration
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.problem import prepare
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 from dpmarket.scenario import Market, Scenario
@@ -23,7 +24,6 @@ from dpmarket.scenario import Market, Scenario
 def report(scenario: Scenario, recalibrate: bool = False, cache: Path | None = None,
            progress: bool | Progress = False) -> str:
     """The forecast of ``scenario`` as terminal text (``progress``: the long phases on a terminal)."""
-    from dpmarket.run import prepare  # deferred: run imports the market layer
 
     has_market = scenario.market is not None
     if not has_market:  # defaults for the pilots; no policy is run

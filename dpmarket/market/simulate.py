@@ -17,6 +17,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 import numpy as np
 
 from dpmarket import processes
+from dpmarket.inline import train
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
 from dpmarket.replications import batched
@@ -69,7 +70,6 @@ def _same_deal(a: Job, b: Job) -> bool:
 
 
 def _train(shared: tuple, job: Job) -> float:
-    from dpmarket.run import train  # deferred: run imports the market layer
 
     scenario, consortium, objective = shared
     members, epsilons, seed = job

@@ -20,7 +20,7 @@ from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import Scenario
 
 if TYPE_CHECKING:
-    from dpmarket.run import Prepared
+    from dpmarket.problem import Prepared
 
 
 @dataclass(frozen=True)

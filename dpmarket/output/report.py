@@ -202,7 +202,7 @@ def _esc(text: str) -> str:
 
 # --- the report of a single run -------------------------------------------------------------
 
-# Run figures, in the order shown, with their captions (drawn by dpmarket.plots / topology).
+# Run figures, in the order shown, with their captions (drawn by dpmarket.output.plots / topology).
 RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
@@ -220,7 +220,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
     ``wall_seconds`` is left out so that the page, like every other file but
     ``summary.json``, is byte-identical for the same seed.
     """
-    from dpmarket.results import owner_rows, summary
+    from dpmarket.output.summary import owner_rows, summary
 
     directory = Path(directory)
     facts = {k: v for k, v in summary(result).items() if k != "wall_seconds"}
@@ -277,7 +277,7 @@ def _network_figures(facts: Mapping[str, Any]) -> str:
 def yardstick_text(facts: Mapping[str, Any]) -> str:
     """The page's headline: final ψ against ψ of the untrained model θ = 0 and how many owners
     benefit, with the warning when training did not beat θ = 0 (``facts``: summary.json)."""
-    from dpmarket.results import yardstick_warning
+    from dpmarket.output.console import yardstick_warning
 
     text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
             f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
@@ -407,7 +407,7 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
     return write_report(directory, title, blocks)
 
 
-# Captions of the experiment and market figures (dpmarket.sweep_plots, dpmarket.market.plots), by file name.
+# Captions of the experiment and market figures (output.sweep_plots, output.market_plots), by file name.
 FIGURE_CAPTIONS = {
     "psi_epsilon.png": "Mean ψ of the final model against ε on log-log axes (whiskers: 25–75 %), with the "
                        "least-squares slope (dashed) and the calibrated forecast (solid).",

@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.axes import integer_ticks, label_log, text_colour  # noqa: E402
+from dpmarket.output.axes import integer_ticks, label_log, text_colour  # noqa: E402
 
 _METADATA = {"Software": None}  # no version or date in the PNG: same input, same bytes
 EPSILON_KEY, RECORDS_KEY, OWNERS_KEY = "privacy.epsilon", "data.records", "data.owners"

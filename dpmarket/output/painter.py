@@ -30,7 +30,7 @@ def _paint(kind: str, data, path: str) -> None:
         if draw:
             topology.draw(graph, Path(path) / "topology.png", load)
     else:
-        from dpmarket import plots as figures  # deferred: matplotlib is slow to import
+        from dpmarket.output import plots as figures  # deferred: matplotlib is slow to import
 
         figures.draw_run(figures.RunFigures(**data), path)
 
@@ -39,7 +39,7 @@ def _warm() -> None:
     """Import matplotlib and render a throw-away figure (fonts and renderer load once)."""
     import io
 
-    from dpmarket import plots as figures
+    from dpmarket.output import plots as figures
 
     figures.psi_against_k(figures.RunFigures("warm-up", [0, 1], [1.0, 0.5], 0.5, 0.8, [0], 1),
                           io.BytesIO())

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.axes import integer_ticks, label_log  # noqa: E402
+from dpmarket.output.axes import integer_ticks, label_log  # noqa: E402
 
 # No timestamps or versions in the files: the same run gives the same bytes.
 _METADATA = {"Software": None}

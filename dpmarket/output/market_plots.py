@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.axes import label_log  # noqa: E402
+from dpmarket.output.axes import label_log  # noqa: E402
 
 _METADATA = {"Software": None}  # no versions in the files: same comparison, same bytes
 

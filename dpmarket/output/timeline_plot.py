@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 
 matplotlib.use("Agg")
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.axes import integer_ticks  # noqa: E402
-from dpmarket.timeline import MAX_LANES, Run, offline_intervals  # noqa: E402
+from dpmarket import files  # noqa: E402
+from dpmarket.output.axes import integer_ticks  # noqa: E402
+from dpmarket.timeline import (  # noqa: E402
+    MAX_LANES,
+    Run,
+    TimelineError,
+    channel_table,
+    format_tables,
+    load_run,
+    offline_intervals,
+    output_name,
+    owner_table,
+    select_owners,
+)
 
 MAX_GROUPS = 100  # heat-map rows: more owners are grouped, so that every owner counts
 MAX_DOTS = 5_000  # beyond this many updates the i_k-against-k picture becomes a density
@@ -128,3 +142,27 @@ def _sequence(fig, ax, window, selected: np.ndarray) -> None:
     ax.set_ylabel("owner served (1…N)")
     integer_ticks(ax.yaxis)
     ax.set_title(title, fontsize=9)
+
+
+def _atomic(path: Path, write) -> None:
+    """Write ``path`` through a temporary sibling, so it is never seen half-written."""
+    files.write_atomic(path, lambda temp: write(str(temp)))
+
+
+def write(run_dir: str | Path, owners: str | None = None, t0: float | None = None,
+           t1: float | None = None) -> str:
+    """The timeline command: summarise and draw a run's timeline; writes ``timeline-TAG.csv`` (the
+    per-owner table) and ``timeline-TAG.png`` into the run directory (:func:`output_name`)."""
+    run = load_run(run_dir)
+    start, stop = (0.0 if t0 is None else t0), (run.end if t1 is None else t1)
+    if stop <= start:
+        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
+    selected = select_owners(owners, list(run.owners["name"]))
+    table = owner_table(run, selected, start, stop)
+    name = output_name(owners, t0, t1)
+    csv_path, png_path = run.path / f"{name}.csv", run.path / f"{name}.png"
+    with files.writing(png_path):
+        _atomic(csv_path, lambda p: table.to_csv(p, index=False))
+        _atomic(png_path, lambda p: draw(run, selected, start, stop, p))
+    text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
+    return f"{text}\nwritten to {png_path} and {csv_path.name}"

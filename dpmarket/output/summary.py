@@ -1,0 +1,193 @@
+"""What a run did, as plain rows and a nested summary: owners.csv's rows and summary.json's fields.
+
+Shared by the run directory (:mod:`~dpmarket.output.results`), the report and the notebook API."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpmarket.market.outcome import learner_value
+from dpmarket.privacy import is_pure
+from dpmarket.run import RunResult
+from dpmarket.stepsize import STABILITY_LIMIT
+
+
+def budgets(result: RunResult) -> list[float]:
+    """Each owner's budget ε_i in the run: the scenario's, or what it sold in a market (0 if it
+    declined)."""
+    if result.market is None:
+        return [o.epsilon for o in result.owners]
+    return [float(e) for e in result.market.outcome.epsilon]
+
+
+def network_load(result: RunResult) -> dict:
+    """What went through the network, for the topology picture: exchanges and collisions per
+    owner (scenario index; 0 for owners that declined a market), and per channel its
+    utilisation, collided and total transmissions."""
+    counts, N = result.training.log.counts_by_owner, len(result.consortium.names)
+    channels, horizon = result.network.channels, result.training.time
+    return {"exchanges": [counts[("update", i)] for i in range(N)],
+            "collisions": [counts[("collision", i)] for i in range(N)],
+            "utilisation": [ch.utilisation(horizon) for ch in channels],
+            "collided": [ch.collided for ch in channels],
+            "transmissions": [ch.transmissions for ch in channels]}
+
+
+def owner_rows(result: RunResult) -> list[dict]:
+    """One dict per scenario owner with the columns of ``owners.csv``, every row with the same keys
+    (market runs: every owner, with its market columns; an owner that declined has ε = 0, no
+    answers, ``participates = false`` and no training or network figures)."""
+    counts = result.training.log.counts_by_owner
+    roster, network = result.roster, None
+    rows = []
+    for i, own in enumerate(result.own_psi):
+        k = roster.slot(i)
+        row = _training_columns(result, k, counts) if k is not None else _absent(result, i)
+        row.update({"own_psi": float(own), "benefits": bool(k is not None and result.psi_final < own)})
+        if k is not None:
+            network = _network_columns(result, k, counts)
+            row.update(network)
+        rows.append(row)
+    blank = dict.fromkeys(network or {}, "")  # a decliner took no part in the network either
+    for i, row in enumerate(rows):
+        if roster.slot(i) is None:
+            row.update(blank)
+        if result.market is not None:
+            row.update(_market_columns(result.market.outcome, i))
+    return rows
+
+
+def _training_columns(result: RunResult, k: int, counts) -> dict:
+    """What training did with the owner in slot k (its position among the participants)."""
+    o = result.owners[k]
+    return {"owner": o.index, "name": o.name, "records": o.data.n, "epsilon": o.epsilon,
+            "queries": counts[("query", o.index)], "answers": o.ledger.answers,
+            "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
+            "answer_cap": o.answers_allowed, "noise_scale": o.scale, "mechanism": o.mechanism,
+            "delta": _owner_delta(o), "sensitivity": o.sensitivity}
+
+
+def _owner_delta(owner) -> float:
+    """The δ of the owner's guarantee: 0 for Laplace answers under basic composition (pure ε-DP,
+    whatever privacy.delta says), else its δ_i."""
+    return 0.0 if is_pure(owner.mechanism, owner.accountant) else float(owner.delta)
+
+
+def _absent(result: RunResult, i: int) -> dict:
+    """The training columns of an owner that declined the market: it answered nothing."""
+    return {"owner": i, "name": result.consortium.names[i],
+            "records": int(result.consortium.sizes[i]), "epsilon": 0.0, "queries": 0,
+            "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": "",
+            "mechanism": "", "delta": "", "sensitivity": ""}
+
+
+def _market_columns(outcome, i: int) -> dict:
+    """The market's terms for owner i."""
+    return {"cost_coef": float(outcome.coef[i]),
+            "payment": float(outcome.payment[i]), "cost": float(outcome.cost[i]),
+            "utility": float(outcome.utility[i]), "participates": bool(outcome.participates[i])}
+
+
+def _network_columns(result: RunResult, k: int, counts) -> dict:
+    """Per-owner communication figures (clock rate, channel, exchanges, losses, downtime) of the
+    owner in slot k among the participants (the engine's arrays are per slot, events per owner)."""
+    net, i = result.network, result.owners[k].index
+    return {
+        "clock_rate": result.scenario.owner_value(i, "clock_rate"),
+        "channel": int(net.channel_of[k]) if net else "",
+        "exchanges": counts[("update", i)], "ticks": counts[(_tick_kind(result), i)],
+        "collisions": counts[("collision", i)], "losses": counts[("loss", i)],
+        "dropouts": counts[("dropout", i)], "downtime": float(net.downtime[k]) if net else 0.0,
+    }
+
+
+def _tick_kind(result: RunResult) -> str:
+    """The event counted as a clock tick: the ideal network logs no ``tick``, every tick there is
+    an exchange begun by a ``query`` (see dpmarket.timeline.tick_kind)."""
+    return "query" if result.network is None else "tick"
+
+
+def summary(result: RunResult) -> dict:
+    """The ``summary.json`` content (contract fields of design §7 first)."""
+    s, t, counts = result.scenario, result.training, result.training.log.counts
+    own = result.own_psi
+    return {
+        "scenario": s.name, "seed": s.seed, "owners": len(result.consortium.names),
+        "records": int(result.consortium.sizes.sum()), "iterations": t.k,
+        "psi_final": result.psi_final, "psi_zero": result.psi_zero, "collisions": counts["collision"],
+        "dropouts": counts["dropout"],
+        "wall_seconds": round(result.wall_seconds, 3),
+        "iterations_planned": s.learner.iterations, "stop_reason": result.stop_reason,
+        "algorithm": s.learner.algorithm, "loss": s.model.loss,
+        "refusals": counts["refusal"], "queries": counts["query"], "losses": counts["loss"],
+        "idle_slots": counts["idle"], "ticks": counts[_tick_kind(result)], "requests": counts["request"],
+        "network_mode": s.network.mode,
+        "channel_utilisation": _utilisation(result),
+        "simulated_time": t.time, "sensitivity": result.owners[0].xi,
+        **privacy_summary(s),
+        "f_star": result.objective.f_star,
+        "theta_star": [float(v) for v in result.objective.theta_star],
+        "theta_final": [float(v) for v in t.learner.model],
+        "own_psi_median": float(np.median(own)),
+        "owners_benefiting": int(np.sum((result.psi_final < own) & result.roster.participates)),
+        "epsilon_spent_max": max(o.epsilon_spent for o in result.owners),
+        "step_curvature_max": result.step_curvature,
+        **_learner_summary(result),
+        **_data_summary(result),
+        **_market_summary(result),
+    }
+
+
+ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
+
+
+def privacy_summary(scenario) -> dict:
+    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``."""
+    p = scenario.privacy
+    pure = is_pure(p.mechanism, p.accountant)
+    if pure:
+        guarantee = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
+    elif p.accountant == "basic":
+        guarantee = (f"(ε, δ)-DP: {p.mechanism} answers, basic composition (each of m_i answers spends "
+                     "ε_i/m_i and δ_i/m_i)")
+    else:
+        guarantee = (f"(ε, δ)-DP: m_i {p.mechanism} answers composed by dp-accounting's "
+                     f"{ACCOUNTANT_NAMES[p.accountant]} accountant")
+    return {"mechanism": p.mechanism, "accountant": p.accountant, "delta": 0.0 if pure else p.delta,
+            "sensitivity_norm": "L1" if p.mechanism == "laplace" else "L2", "guarantee": guarantee}
+
+
+def _learner_summary(result: RunResult) -> dict:
+    """ρ and where it came from, its public stability number, the floor law's prediction, and
+    the clip bound with the share of per-example gradients it clipped at the final model."""
+    step = result.step
+    out = {"rho": step.rho, "rho_source": step.source, "stability_number": step.stability,
+           "stability_limit": STABILITY_LIMIT, "psi_floor_predicted": result.floor_predicted}
+    if result.clipped_share is not None:
+        out.update({"clip_bound": result.owners[0].clip, "clipped_share": result.clipped_share})
+    return out
+
+
+def _data_summary(result: RunResult) -> dict:
+    """Table data: what was read, held out, dropped and clipped (nothing for synthetic owners)."""
+    report = result.consortium.report
+    return {} if report is None else {"data": report}
+
+
+def _market_summary(result: RunResult) -> dict:
+    """The market's figures for ``summary.json`` (nothing without a [market] section)."""
+    if result.market is None:
+        return {}
+    o, f = result.market.outcome, result.market.forecast
+    return {"policy": o.policy, "participants": int(o.participates.sum()),
+            "price": o.price, "psi_forecast": o.psi_forecast, "psi_simulated": result.psi_final,
+            "total_payment": o.spend, "learner_value": o.value, "learner_surplus": o.surplus,
+            "learner_surplus_simulated": learner_value(result.scenario.market.value,
+                                                       result.psi_final) - o.spend,
+            "forecast": {**f.to_dict(), "source": result.market.source}}
+
+
+def _utilisation(result: RunResult) -> list[float]:
+    if result.network is None:
+        return []
+    return [ch.utilisation(result.training.time) for ch in result.network.channels]
