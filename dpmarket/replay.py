@@ -122,7 +122,8 @@ class Noise:
     blocks of updates: the j-th answer of an owner gets the j-th standard draw times its scale."""
 
     def __init__(self, seeds: Sequence[int], owners: list[DataOwner], capacity: np.ndarray) -> None:
-        self.gens = [[streams.stream(seed, "noise", o.index) for o in owners] for seed in seeds]
+        made = streams.streams([(seed, "noise", o.index) for seed in seeds for o in owners])  # all at once
+        self.gens = [made[r * len(owners):(r + 1) * len(owners)] for r in range(len(seeds))]
         self.kinds = [noise_kind(o.mechanism) for o in owners]
         self.scale = np.array([o.scale for o in owners])
         self.capacity = np.asarray(capacity, dtype=np.int64)
