@@ -283,18 +283,17 @@ class Recorder(Training):
     learner, and :mod:`dpmarket.replay` applies the tape afterwards.
     """
 
+    k = 0  # completed updates (a plain attribute here: the engine reads it after every update)
+
     def __init__(self, owners: list[DataOwner], log: EventLog, record_at: np.ndarray) -> None:
         self.owners, self.log, self._record = owners, log, log.record
         self.progress, self.stop_reason, self.time = None, "", 0.0
         self._record_at = iter(np.unique(record_at).tolist())
         self._due = next(self._record_at)
         self.metrics = Metrics()  # k and time as the run records them; ψ is measured after the replay
-        self._updates: list[tuple[int, float, int, int]] = []  # owner, time, answer j, query's k
+        # the tape's columns, appended to per update: owner, time, answer j, query's k
+        self._owner, self._time, self._answer, self._query = [], [], [], []
         self._measure()
-
-    @property
-    def k(self) -> int:
-        return len(self._updates)
 
     def query(self, owner: int, time: float, channel: int | None = None) -> int:
         self.time = time
@@ -304,17 +303,23 @@ class Recorder(Training):
     def answer(self, owner: int, theta: int, time: float, channel: int | None = None) -> int | None:
         self.time = time
         who = self.owners[owner]
-        if not who.ledger.try_pay(who.charge):
-            self._record(time, "refusal", owner, None, who.epsilon_spent, channel, "budget spent")
+        ledger = who.ledger
+        if not ledger.try_pay(who.charge):
+            self._record(time, "refusal", owner, None, ledger.spent_float, channel, "budget spent")
             return None
-        self._record(time, "response", owner, None, who.epsilon_spent, channel, None)
-        return who.ledger.answers - 1  # the answers paid before this one: its noise draw
+        self._record(time, "response", owner, None, ledger.spent_float, channel, None)
+        return ledger.answers - 1  # the answers paid before this one: its noise draw
 
     def apply(self, owner: int, theta_bar: int, answer: int, time: float, channel: int | None = None) -> None:
         self.time = time
-        self._updates.append((owner, time, answer, theta_bar))
-        self._record(time, "update", owner, self.k, None, channel, None)
-        self._measure()
+        self._owner.append(owner)
+        self._time.append(time)
+        self._answer.append(answer)
+        self._query.append(theta_bar)
+        self.k = k = self.k + 1
+        self._record(time, "update", owner, k, None, channel, None)
+        if k == self._due:
+            self._measure()
 
     def _measure(self) -> None:
         if self.k == self._due:
@@ -326,9 +331,8 @@ class Recorder(Training):
 
     def tape(self, stop_reason: str) -> Tape:
         """The updates so far as a tape (the engine's events are in the log)."""
-        table = np.array(self._updates, dtype=object).reshape(-1, 4)
-        owner, answer, query = (table[:, c].astype(np.int64) for c in (0, 2, 3))
-        return Tape(owner, table[:, 1].astype(float), answer, (), stop_reason, False, query)
+        owner, answer, query = (np.array(c, dtype=np.int64) for c in (self._owner, self._answer, self._query))
+        return Tape(owner, np.array(self._time, dtype=float), answer, (), stop_reason, False, query)
 
 
 def fresh(owners: list[DataOwner]) -> list[DataOwner]:
@@ -348,6 +352,7 @@ def network_tape(scenario, owners: list[DataOwner], names: list[str], record_at:
     engine's report."""
     from dpmarket.sim import run_network  # deferred: SimPy is needed only here
 
-    recorder = Recorder(fresh(owners), log if log is not None else EventLog(None), record_at)
+    log = log if log is not None else EventLog(None, by_owner=False)  # the run's counts per kind
+    recorder = Recorder(fresh(owners), log, record_at)
     network = run_network(scenario, recorder, names)
     return recorder.tape(network.stop_reason), recorder, network
