@@ -36,7 +36,8 @@ class Event(NamedTuple):
     detail: str | None = None
 
 
-_BLOCK = 4096  # rows held before they are counted and written: bounded memory, bulk C loops
+BLOCK_ROWS = 4096  # rows held before they are counted and written: bounded memory, bulk C loops
+_BLOCK = BLOCK_ROWS
 _KIND_OWNER, _KIND = itemgetter(1, 2), itemgetter(1)
 
 
@@ -79,6 +80,20 @@ class EventLog:
         rows = self._rows
         rows.append((time, kind, owner, k, epsilon_spent, channel, detail))
         if len(rows) >= _BLOCK:
+            self._flush()
+
+    @property
+    def block(self) -> list[tuple]:
+        """The block being filled (always the same list). A caller that logs many rows may append
+        tuples of :class:`Event`'s fields to it directly, a C call where :meth:`record` is a Python
+        one, provided it calls :meth:`settle` once the block holds BLOCK_ROWS rows or more (the SimPy
+        engine checks at every clock tick, so a block exceeds BLOCK_ROWS by at most the rows of the
+        exchanges in flight)."""
+        return self._rows
+
+    def settle(self) -> None:
+        """Count and write the block if it is full (see :attr:`block`)."""
+        if len(self._rows) >= _BLOCK:
             self._flush()
 
     def _flush(self) -> None:

@@ -21,14 +21,13 @@ engine itself drives a :class:`Recorder`, which logs and pays exactly as the run
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpmarket import rng as streams
-from dpmarket.events import EventLog
+from dpmarket.events import BLOCK_ROWS, EventLog
 from dpmarket.owners import DataOwner
 from dpmarket.training import Metrics, Superposition, Training
 
@@ -287,6 +286,8 @@ class Recorder(Training):
 
     def __init__(self, owners: list[DataOwner], log: EventLog, record_at: np.ndarray) -> None:
         self.owners, self.log, self._record = owners, log, log.record
+        self._rows = log.block
+        self._row = self._rows.append  # the rows of every exchange, straight into the log's block
         self.progress, self.stop_reason, self.time = None, "", 0.0
         self._record_at = iter(np.unique(record_at).tolist())
         self._due = next(self._record_at)
@@ -297,7 +298,7 @@ class Recorder(Training):
 
     def query(self, owner: int, time: float, channel: int | None = None) -> int:
         self.time = time
-        self._record(time, "query", owner, None, None, channel, None)
+        self._row((time, "query", owner, None, None, channel, None))
         return self.k
 
     def answer(self, owner: int, theta: int, time: float, channel: int | None = None) -> int | None:
@@ -307,7 +308,7 @@ class Recorder(Training):
         if not ledger.try_pay(who.charge):
             self._record(time, "refusal", owner, None, ledger.spent_float, channel, "budget spent")
             return None
-        self._record(time, "response", owner, None, ledger.spent_float, channel, None)
+        self._row((time, "response", owner, None, ledger.spent_float, channel, None))
         return ledger.answers - 1  # the answers paid before this one: its noise draw
 
     def apply(self, owner: int, theta_bar: int, answer: int, time: float, channel: int | None = None) -> None:
@@ -317,7 +318,9 @@ class Recorder(Training):
         self._answer.append(answer)
         self._query.append(theta_bar)
         self.k = k = self.k + 1
-        self._record(time, "update", owner, k, None, channel, None)
+        self._row((time, "update", owner, k, None, channel, None))
+        if len(self._rows) >= BLOCK_ROWS:
+            self.log.settle()
         if k == self._due:
             self._measure()
 
@@ -339,10 +342,19 @@ def fresh(owners: list[DataOwner]) -> list[DataOwner]:
     """Copies of ``owners`` with their ledgers as they are now (a replication pays its own)."""
     out = []
     for owner in owners:
-        twin = copy.copy(owner)
-        twin.ledger = copy.copy(owner.ledger)
+        _ = owner.answers_left  # the ledger caches how many answers fit; every copy inherits it
+        twin = _shallow(owner)
+        twin.ledger = _shallow(owner.ledger)
         out.append(twin)
     return out
+
+
+def _shallow(thing: object) -> object:
+    """``copy.copy`` of a plain object (its attributes shared), without copy's generic dispatch: a
+    replication copies every owner and its ledger."""
+    twin = object.__new__(type(thing))
+    twin.__dict__.update(thing.__dict__)
+    return twin
 
 
 def network_tape(scenario, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
