@@ -114,7 +114,7 @@ def test_long_run_fraction_online_and_period_lengths():
 
     av = avail.Availability(env, owners, changed, lambda i: None)
     for i in range(owners):
-        env.process(avail.alternating(av, i, m_on, m_off, np.random.default_rng(i)))
+        avail.Alternating(av, i, m_on, m_off, np.random.default_rng(i))
     env.run(until=horizon)
     online = 1 - np.array([av.downtime(i) for i in range(owners)]) / horizon
     assert mean_within(online, m_on / (m_on + m_off))

@@ -21,6 +21,7 @@ import simpy
 
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.rng import in_blocks
+from dpmarket.sim.stage import NORMAL, URGENT, Stage
 
 
 class Availability:
@@ -72,25 +73,53 @@ class Availability:
         return float(self.offline_time[owner] + extra)
 
 
-def alternating(av: Availability, owner: int, mean_online: float, mean_offline: float,
-                gen: np.random.Generator) -> Generator[simpy.Event, None, None]:
-    """Exponential online and offline periods, started in the stationary regime.
+class Alternating:
+    """Exponential online and offline periods of one owner, started in the stationary regime.
 
-    The owner starts offline with probability mean_offline/(mean_online + mean_offline), so
-    the fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on.
+    The owner starts offline with probability mean_offline/(mean_online + mean_offline), so the
+    fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on. The periods
+    are a chain of one reused :class:`~dpmarket.sim.stage.Stage` (no process: a run has one such
+    chain per owner), started as a process would be, at the current time before other events; it
+    stops once the owner has left.
     """
-    offline = gen.random() < mean_offline / (mean_online + mean_offline)
-    periods = in_blocks(gen.standard_exponential, 16)  # Exp(1) variates, scaled below
-    while not av.left[owner]:
+
+    def __init__(self, av: Availability, owner: int, mean_online: float, mean_offline: float,
+                 gen: np.random.Generator) -> None:
+        self.av, self.owner, self.mean_online, self.mean_offline = av, owner, mean_online, mean_offline
+        self.gen, self.stage = gen, Stage(owner)
+        self.periods = in_blocks(gen.standard_exponential, 16).__next__  # Exp(1) variates, scaled below
+        self._begin, self._online_ends = [self.begin], [self.online_ends]
+        self._offline_ends = [self.offline_ends]
+        self._at(self._begin, 0, URGENT)  # an int, as a process's start: t = 0 stays the int 0 in the log
+
+    def _at(self, callbacks: list, delay: float | int, priority: int = NORMAL) -> None:
+        stage = self.stage
+        stage.callbacks, stage.at = callbacks, self.av.env.now + delay
+        self.av.env.schedule(stage, priority, delay)
+
+    def begin(self, _stage: Stage) -> None:
+        offline = self.gen.random() < self.mean_offline / (self.mean_online + self.mean_offline)
+        if self.av.left[self.owner]:
+            return
         if offline:
-            av.hold(owner)
-            period = mean_offline * next(periods)
-            if av.away_until(owner, av.env.now + period):
-                return
-            yield av.env.timeout(period)
-            av.release(owner)
-        offline = True
-        yield av.env.timeout(mean_online * next(periods))
+            self._go_offline()
+        else:
+            self._at(self._online_ends, self.mean_online * self.periods())
+
+    def _go_offline(self) -> None:
+        av, owner = self.av, self.owner
+        av.hold(owner)
+        period = self.mean_offline * self.periods()
+        if not av.away_until(owner, av.env.now + period):
+            self._at(self._offline_ends, period)
+
+    def offline_ends(self, _stage: Stage) -> None:
+        self.av.release(self.owner)
+        self._at(self._online_ends, self.mean_online * self.periods())
+
+    def online_ends(self, _stage: Stage) -> None:
+        if not self.av.left[self.owner]:
+            self._go_offline()
 
 
 def windows(av: Availability, owner: int,

@@ -32,15 +32,16 @@ class Channel:
         """Occupy the channel for ``duration``; True if no other transmission overlapped it."""
         if duration < 0:
             raise ValueError(f"Negative transmission time {duration}")
-        ticket = self.start()
+        ticket = self.start(self.env.now)
         yield self.env.timeout(duration)
-        return self.finish(ticket)
+        return self.finish(ticket, self.env.now)
 
-    def start(self) -> int:
-        """A transmission goes on the air now; returns the ticket :meth:`finish` needs.
+    def start(self, now: float) -> int:
+        """A transmission goes on the air at ``now`` (the environment's time); returns the ticket
+        :meth:`finish` needs.
 
         :meth:`transmit` in two halves, for callers that time the transmission themselves
-        (the engine, which saves a generator per message that way).
+        (the engine, which saves a generator per message that way, and knows the time).
         """
         active, ident = self._active, self._next_id
         self._next_id = ident + 1
@@ -51,17 +52,17 @@ class Channel:
                 for other in active:
                     active[other] = True
         else:
-            self._busy_since = self.env.now
+            self._busy_since = now
         active[ident] = collided
         self.transmissions += 1
         return ident
 
-    def finish(self, ticket: int) -> bool:
-        """The transmission ``ticket`` leaves the air now; True if nothing overlapped it."""
+    def finish(self, ticket: int, now: float) -> bool:
+        """The transmission ``ticket`` leaves the air at ``now``; True if nothing overlapped it."""
         active = self._active
         collided = active.pop(ticket)
         if not active:
-            self.busy_time += self.env.now - self._busy_since
+            self.busy_time += now - self._busy_since
         self.collided += collided
         return not collided
 

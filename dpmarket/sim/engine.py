@@ -26,8 +26,10 @@ are resolved. While no owner that has not left is online, clocks and broadcaster
 
 from __future__ import annotations
 
+import gc
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 
@@ -35,14 +37,19 @@ import numpy as np
 import simpy
 
 from dpmarket import rng as streams
+from dpmarket.events import BLOCK_ROWS
 from dpmarket.scenario import Scenario
 from dpmarket.sim import availability as avail
 from dpmarket.sim.channel import Channel
-from dpmarket.sim.exchange import Exchange, Slot
+from dpmarket.sim.exchange import Requests, Slot
+from dpmarket.sim.stage import NORMAL, Link, Stage
 from dpmarket.training import Training
 
-Arrived = Callable[[simpy.Event], None]  # a message reached the learner (a SimPy callback)
-Lost = Callable[[], None]  # a message was lost
+# What an uplink message calls with its owner's link (owner, time): once it reached the learner
+# (a one-element callbacks list, SimPy's own form, so that a latency stage can run it directly),
+# or once it was lost.
+Arrived = list[Callable[[Link], None]]
+Lost = Callable[[Link], None]
 
 
 @dataclass
@@ -62,14 +69,15 @@ class Engine:
     def __init__(self, scenario: Scenario, training: Training, names: list[str]) -> None:
         self.s, self.net, self.training = scenario, scenario.network, training
         self.env = simpy.Environment()
-        self.timeout = self.env.timeout  # every stage of every message schedules one
+        self.schedule = self.env.schedule  # every tick and every stage of a message is a Stage
         N = len(training.owners)
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
-        # clock waits drawn ahead per owner: about 16,384 floats in all, 16 to 256 per owner
-        self._block = max(16, min(256, 16_384 // N))
+        # clock waits drawn ahead per owner, 16 at first and twice as many each time up to about
+        # 16,384 floats in all (16 to 256 per owner): a short run draws few it does not use
+        self._waits_ahead = max(16, min(256, 16_384 // N))
         self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
-        self._channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
+        self.owner_channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
         self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone,
                                                self.net.horizon)
@@ -91,14 +99,29 @@ class Engine:
         self._away: str | None = None  # why the last owner that left offline did so
         self._names = names
         self.record = training.log.record  # a row of events.csv, given as Event's fields
+        # the rows logged at every tick and message go straight into the log's block (a tuple of
+        # Event's fields each); every tick settles the block (written once full)
+        self._log, self._rows = training.log, training.log.block
+        self.row = self._rows.append
+        self._owners = training.owners
+        self._next_wait: list[Callable[[], float]] = [float] * N  # each clock's next wait, drawn in blocks
+        self._clocks = [Stage(i) for i in range(N)]  # each owner's next tick
+        self.links = [Link(i) for i in range(N)]  # each owner's message in flight
+        # what SimPy calls when a stage fires (lists shared by every stage of a kind)
+        self._on_tick, self._on_transmitted = [self._tick], [self._transmitted]
+        self._on_backed_off = [self._backed_off]
+        self.requests = Requests(self) if self.net.mode == "request" else None
+        # what a tick of an online owner that is free and can pay does: request, or get ready
+        self._act = self.requests.start if self.requests is not None else self._ready
         net = self.net  # settings read at every message, as plain Python values
         self._tau, self._latency = net.transmission_time, net.latency
         self._loss = net.loss_probability
         self.downlink = net.transmission_time + net.latency  # the query's delivery
-        # uplink(i, c, epoch, arrived, lost): send one message of owner i on channel c, then
-        # arrived(event) once it reached the learner, or lost() (collision, random loss, or
-        # carrier sensing gave up or found the owner offline). Every stage is a SimPy event
-        # whose callback runs the next one: a message costs no process of its own.
+        # uplink(i, c, epoch, now, arrived, lost): send one message of owner i on channel c at
+        # time now, then arrived[0](link) once it reached the learner, at link.at, or lost(link)
+        # (collision, random loss, or carrier sensing gave up or found the owner offline).
+        # Every stage is a SimPy event whose callback runs the next one: a message costs no
+        # process of its own.
         self.uplink = self._sense_then_send if net.carrier_sense else self._send
 
     # -- logging -------------------------------------------------------------------------
@@ -106,9 +129,9 @@ class Engine:
         self.record(self.env.now, kind, owner, None, None, channel, detail)
 
     def _availability_changed(self, owner: int, online: bool) -> None:
-        self.emit("reconnect" if online else "dropout", owner, self._channel[owner])
+        self.emit("reconnect" if online else "dropout", owner, self.owner_channel[owner])
         if not online:
-            self.ready[self._channel[owner]].discard(owner)
+            self.ready[self.owner_channel[owner]].discard(owner)
         if owner not in self.departed:
             self._count_reachable(1 if online else -1)
 
@@ -130,11 +153,17 @@ class Engine:
 
     # -- processes -----------------------------------------------------------------------
     def start(self) -> None:
-        """Create every owner's clock and availability processes, and the learner's."""
-        trace = self._trace()
+        """Start every owner's clock and availability processes, and the learner's."""
+        trace, seed = self._trace(), self.s.seed
+        periods = [(self.s.owner_value(i, "mean_online"), self.s.owner_value(i, "mean_offline"))
+                   for i in range(self.N)]
+        alternating = [i for i in range(self.N) if periods[i][0] is not None]
+        gens = streams.streams([(seed, "clocks", i) for i in range(self.N)]
+                               + [(seed, "availability", i) for i in alternating])
+        periodic = dict(zip(alternating, gens[self.N:], strict=True))
         for i in range(self.N):
-            self.env.process(self.clock(i, streams.stream(self.s.seed, "clocks", i)))
-            self._start_availability(i, trace)
+            self._start_clock(i, gens[i])
+            self._start_availability(i, periods[i], periodic.get(i), trace)
         if self.net.mode == "broadcast":
             for c in range(self.net.channels):
                 self.env.process(self.broadcaster(c))
@@ -142,42 +171,59 @@ class Engine:
     def _trace(self) -> dict[int, list[tuple[float, float]]]:
         return avail.read_trace(self.net.availability, self._names) if self.net.availability else {}
 
-    def _start_availability(self, i: int, trace: dict) -> None:
-        on, off = self.s.owner_value(i, "mean_online"), self.s.owner_value(i, "mean_offline")
+    def _start_availability(self, i: int, periods: tuple[float | None, float | None],
+                            gen: np.random.Generator | None, trace: dict) -> None:
+        """Owner i's availability: exponential online and offline ``periods`` (drawn from ``gen``),
+        outage windows, its trace's gaps, or none of them (always online)."""
+        on, off = periods
         if on is not None:
-            gen = streams.stream(self.s.seed, "availability", i)
-            self.env.process(avail.alternating(self.availability, i, on, off, gen))
+            avail.Alternating(self.availability, i, on, off, gen)
         spans = [(w.start, w.end) for w in self.s.owner_value(i, "outages")]
         if i in trace:
             spans += avail.offline_gaps(trace[i])
         if spans:
             self.env.process(avail.windows(self.availability, i, spans))
 
-    def clock(self, i: int, gen: np.random.Generator) -> Generator:
-        """Owner i's Poisson clock; what a tick does depends on the access mode.
+    def _start_clock(self, i: int, gen: np.random.Generator) -> None:
+        """Owner i's Poisson clock: a chain of stages, each tick's callback scheduling the next
+        (a process would cost a generator resume per tick and two events of its own)."""
+        waits = streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), 16, self._waits_ahead)
+        self._next_wait[i] = waits.__next__
+        self._wind(i)
 
-        This loop runs at every tick of every owner, so what it reads is bound to locals.
+    def _wind(self, i: int, _event: simpy.Event | None = None) -> None:
+        """Owner i's clock goes on: its next tick Exp(λ_i) from now."""
+        wait, clock = self._next_wait[i](), self._clocks[i]
+        clock.callbacks, clock.at = self._on_tick, self.env.now + wait
+        self.schedule(clock, NORMAL, wait)
+
+    def _tick(self, clock: Stage) -> None:
+        """Owner ``clock.owner``'s clock ticks; what it does depends on the access mode (``_act``).
+
+        This runs at every tick of every owner: it reads lists and bound methods only.
         """
-        owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self.record
-        timeout, holds, busy = env.timeout, self.availability.holds, self.in_exchange
-        broadcast = self.net.mode == "broadcast"
-        for wait in streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), self._block):
-            yield timeout(wait)
-            if self.awake is not None:  # no owner can answer: sleep until one is back
-                yield self.awake
-                continue
-            record(env.now, "tick", i, None, None, c, None)
-            if holds[i] or busy[i]:
-                continue
-            if owner.exhausted:
-                self.training.leave(i, env.now, c)
+        i = clock.owner
+        if self.awake is not None:  # no owner can answer: sleep until one is back
+            self.awake.callbacks.append(partial(self._wind, i))
+            return
+        now, c = clock.at, self.owner_channel[i]
+        if len(self._rows) >= BLOCK_ROWS:
+            self._log.settle()
+        self.row((now, "tick", i, None, None, c, None))
+        if not (self._holds[i] or self.in_exchange[i]):
+            owner = self._owners[i]
+            if not owner.ledger.can_pay(owner.charge):  # owner.exhausted, without the property's call
+                self.training.leave(i, now, c)
                 self._depart(i, "budgets exhausted")
                 return
-            if broadcast:
-                self.ready[c].add(i)
-            else:
-                busy[i] = True
-                Exchange(self, i, c).start()
+            self._act(i, c, now)
+        wait = self._next_wait[i]()
+        clock.callbacks, clock.at = self._on_tick, now + wait
+        self.schedule(clock, NORMAL, wait)
+
+    def _ready(self, i: int, c: int, _now: float) -> None:
+        """Broadcast mode: owner i will answer the next query on channel c."""
+        self.ready[c].add(i)
 
     def _depart(self, owner: int, reason: str) -> None:
         """Owner i will never answer again (budget spent, its trace ended, or offline past the
@@ -203,27 +249,32 @@ class Engine:
         if self.closing is not None and not self.done.triggered and not any(self.in_exchange):
             self.done.succeed(self.closing)
 
-    def _send(self, i: int, c: int, epoch: int, arrived: Arrived, lost: Lost) -> None:
+    def _send(self, i: int, c: int, epoch: int, now: float, arrived: Arrived, lost: Lost) -> None:
         """Put one message of owner i on channel c now (``uplink`` without carrier sensing)."""
-        ticket = self.channels[c].start()
-        message = (i, c, ticket, arrived, lost)
-        self.timeout(self._tau, message).callbacks.append(self._transmitted)
+        link = self.links[i]
+        if link.callbacks is not None:  # an owner sends one message at a time: a bug if not
+            raise RuntimeError(f"owner {i} sends a message while its link is busy")
+        link.channel, link.ticket = c, self.channels[c].start(now)
+        link.arrived, link.lost = arrived, lost
+        link.callbacks, link.at = self._on_transmitted, now + self._tau
+        self.schedule(link, NORMAL, self._tau)
 
-    def _transmitted(self, event: simpy.Event) -> None:
+    def _transmitted(self, link: Link) -> None:
         """The message leaves the air: collided, lost at random, or on its way (latency)."""
-        i, c, ticket, arrived, lost = event.value
-        if not self.channels[c].finish(ticket):
-            self.record(event.env.now, "collision", i, None, None, c, None)
-            lost()
+        i, c, now = link.owner, link.channel, link.at
+        if not self.channels[c].finish(link.ticket, now):
+            self.row((now, "collision", i, None, None, c, None))
+            link.lost(link)
         elif self._loss and next(self._loss_draws) < self._loss:
-            self.record(event.env.now, "loss", i, None, None, c, "random")
-            lost()
-        elif self._latency:
-            self.timeout(self._latency).callbacks.append(arrived)
+            self.row((now, "loss", i, None, None, c, "random"))
+            link.lost(link)
+        elif self._latency:  # it reaches the learner latency later
+            link.callbacks, link.at = link.arrived, now + self._latency
+            self.schedule(link, NORMAL, self._latency)
         else:
-            arrived(event)
+            link.arrived[0](link)
 
-    def _sense_then_send(self, i: int, c: int, epoch: int, arrived: Arrived, lost: Lost,
+    def _sense_then_send(self, i: int, c: int, epoch: int, now: float, arrived: Arrived, lost: Lost,
                          attempt: int = 0) -> None:
         """Carrier sensing (``uplink``): back off while the channel is busy; send once it is free.
 
@@ -231,22 +282,27 @@ class Engine:
         the air: one that went offline while backing off (its ``epoch`` changed) loses the
         exchange at its next attempt, without transmitting.
         """
-        net = self.net
+        net, link = self.net, self.links[i]
         if attempt == net.max_attempts:
             self.emit("loss", i, c, "channel busy: gave up")
-            lost()
+            link.at = now
+            lost(link)
         elif attempt and self.dropped(i, c, epoch):
-            lost()
+            link.at = now
+            lost(link)
         elif not self.channels[c].busy:
-            self._send(i, c, epoch, arrived, lost)
+            self._send(i, c, epoch, now, arrived, lost)
         else:
             self.emit("backoff", i, c)
             wait = self.channel_rng.exponential(net.backoff)
-            retry = (i, c, epoch, arrived, lost, attempt + 1)
-            self.timeout(wait, retry).callbacks.append(self._backed_off)
+            link.channel, link.epoch, link.attempt = c, epoch, attempt + 1
+            link.arrived, link.lost = arrived, lost
+            link.callbacks, link.at = self._on_backed_off, now + wait
+            self.schedule(link, NORMAL, wait)
 
-    def _backed_off(self, event: simpy.Event) -> None:
-        self._sense_then_send(*event.value)
+    def _backed_off(self, link: Link) -> None:
+        self._sense_then_send(link.owner, link.channel, link.epoch, link.at, link.arrived, link.lost,
+                              link.attempt)
 
     def dropped(self, i: int, c: int, epoch: int) -> bool:
         """Whether owner i went offline since ``epoch``; if so its exchange is lost (and logged)."""
@@ -255,10 +311,12 @@ class Engine:
         self.emit("loss", i, c, "owner went offline")
         return True
 
-    def apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
-        """The learner agent applies owner i's delivered answer; the run ends at T updates."""
-        self.training.apply(i, theta_bar, answer, self.env.now, c)
-        if self.training.k >= self.T and not self.done.triggered:
+    def apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray, now: float) -> None:
+        """The learner agent receives owner i's answer at ``now`` and applies it (Training.apply);
+        the run ends at T updates."""
+        training = self.training
+        training.apply(i, theta_bar, answer, now, c)
+        if training.k >= self.T and not self.done.triggered:
             self.done.succeed("iterations")
 
     def broadcaster(self, c: int) -> Generator:
@@ -289,16 +347,36 @@ class Engine:
 
     def run(self) -> str:
         """Run until T updates, the horizon, or every owner has retired or left."""
-        self.start()
-        return self.advance()
+        with collector_paused():  # starting allocates the streams, stages and processes of every owner
+            self.start()
+            return self.advance()
 
     def advance(self) -> str:
         """Run the started processes until T updates, the horizon, or no owner is left."""
         until = self.done
         if self.net.horizon is not None:
             until = self.env.any_of([self.done, self.env.timeout(self.net.horizon)])
-        self.env.run(until=until)
+        with collector_paused():
+            self.env.run(until=until)
         return self.done.value if self.done.triggered else "horizon"
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause CPython's cyclic garbage collector (restored after, if it was on).
+
+    A run allocates a few tuples per event (its rows, SimPy's queue entries) and no cyclic garbage
+    per event, only the engine's own structure, freed once the run is over; the collector would
+    still scan the young objects every few hundred allocations, about a seventh of the engine's
+    time on ny_hospitals. Memory is freed by reference counting as usual meanwhile.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def run_network(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun:

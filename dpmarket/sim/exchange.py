@@ -3,73 +3,104 @@
 A request-mode exchange is request (uplink) → query (downlink) → private answer (uplink) →
 update; a broadcast slot is every ready owner answering one query at once. Each stage is a
 SimPy event (a time-out, or a message's :meth:`Engine.uplink`) whose callback runs the next
-stage: an exchange is a short-lived state machine, not a process of its own, which keeps the
-engine's cost per event close to SimPy's (see ``benchmarks/bench_engine.py``). The semantics
-are those of the module docstring of :mod:`dpmarket.sim.engine`.
+stage: an exchange is a short-lived state machine, not a process of its own. In request mode an
+owner is in at most one exchange at a time, so the exchanges' state is kept per owner in
+:class:`Requests` (lists indexed by owner) and no object is made per exchange: the engine's time
+per exchange stays close to a bare SimPy model's (see ``benchmarks/bench_replay.py``). The
+semantics are those of the module docstring of :mod:`dpmarket.sim.engine`.
+
+The two points where the protocol touches the learning are marked in each class: where the
+owner computes its answer (``Training.answer``: ε is charged there) and where the learner
+receives one (:meth:`Engine.apply`).
 """
 
 from __future__ import annotations
 
-from functools import partial
 from typing import TYPE_CHECKING
 
-import numpy as np
-import simpy
+from dpmarket.sim.stage import NORMAL, Link
 
 if TYPE_CHECKING:
     from dpmarket.sim.engine import Engine
 
+class Requests:
+    """Request mode's exchanges, one per owner at most, from each request to its update or loss.
 
-class Exchange:
-    """Owner i's exchange in request mode, from its request to the update (or its loss)."""
+    Per owner: the availability epoch when its exchange began (it changes if the owner goes
+    offline), the query point θ̄ the learner sent, the owner's answer, and whether the exchange
+    holds the learner of its channel.
+    """
 
-    __slots__ = ("engine", "owner", "channel", "epoch", "theta_bar", "answer", "holds_learner")
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        n = engine.N
+        self.epoch = [0] * n
+        self.point: list = [None] * n  # what Training.query returned (θ̄, or the Recorder's k)
+        self.answer: list = [None] * n
+        self.serving = [False] * n
+        # bound once: each is read at every exchange
+        self._epochs, self._busy = engine.availability.epoch, engine.learner_busy
+        self._in_exchange, self._channel = engine.in_exchange, engine.owner_channel
+        self._holds = engine.availability.holds
+        self._row, self._training, self._links = engine.row, engine.training, engine.links
+        # bound once: what the engine calls back, at every message
+        self._on_request, self._on_answer = [self._request_arrived], [self._answer_arrived]
+        self._on_query, self._on_lost = [self._query_arrived], self._lost
 
-    def __init__(self, engine: Engine, owner: int, channel: int) -> None:
-        self.engine, self.owner, self.channel = engine, owner, channel
-        self.epoch = engine.availability.epoch[owner]  # changes if the owner goes offline
-        self.theta_bar: np.ndarray | None = None
-        self.answer: np.ndarray | None = None
-        self.holds_learner = False
+    def start(self, i: int, c: int, now: float) -> None:
+        """Owner i, online, free and able to pay, sends its request on channel c."""
+        self._in_exchange[i] = True
+        self._row((now, "request", i, None, None, c, None))
+        self.epoch[i] = epoch = self._epochs[i]
+        self.engine.uplink(i, c, epoch, now, self._on_request, self._on_lost)
 
-    def start(self) -> None:
-        """The owner sends its request (the caller marked it as in an exchange)."""
-        engine, i, c = self.engine, self.owner, self.channel
-        engine.record(engine.env.now, "request", i, None, None, c, None)
-        engine.uplink(i, c, self.epoch, self._request_arrived, self._end)
-
-    def _request_arrived(self, _event: simpy.Event) -> None:
+    def _request_arrived(self, link: Link) -> None:
         """The learner serves the request if it is free on the channel: it sends θ̄."""
-        engine, i, c = self.engine, self.owner, self.channel
-        if engine.learner_busy[c]:
-            engine.record(engine.env.now, "loss", i, None, None, c, "learner busy")
-            return self._end()
-        engine.learner_busy[c] = self.holds_learner = True
-        self.theta_bar = engine.training.query(i, engine.env.now, c)
-        engine.timeout(engine.downlink).callbacks.append(self._query_arrived)
+        i, now = link.owner, link.at
+        c = self._channel[i]
+        if self._busy[c]:
+            self._row((now, "loss", i, None, None, c, "learner busy"))
+            return self._end(i)
+        self._busy[c] = self.serving[i] = True
+        self.point[i] = self._training.query(i, now, c)
+        downlink = self.engine.downlink
+        link.callbacks, link.at = self._on_query, now + downlink
+        self.engine.schedule(link, NORMAL, downlink)
 
-    def _query_arrived(self, _event: simpy.Event) -> None:
+    def _query_arrived(self, link: Link) -> None:
         """The owner answers privately (or refuses) unless it went offline meanwhile."""
-        engine, i, c = self.engine, self.owner, self.channel
-        if engine.dropped(i, c, self.epoch):
-            return self._end()
-        self.answer = engine.training.answer(i, self.theta_bar, engine.env.now, c)
-        if self.answer is None:
-            return self._end()
-        engine.uplink(i, c, self.epoch, self._answer_arrived, self._end)
+        engine, i, now = self.engine, link.owner, link.at
+        c = self._channel[i]
+        if self._offline(i) and engine.dropped(i, c, self.epoch[i]):
+            return self._end(i)
+        # the owner computes its answer: ε is charged here, whatever becomes of the message
+        answer = self.answer[i] = self._training.answer(i, self.point[i], now, c)
+        if answer is None:
+            return self._end(i)
+        engine.uplink(i, c, self.epoch[i], now, self._on_answer, self._on_lost)
 
-    def _answer_arrived(self, _event: simpy.Event) -> None:
-        """The learner applies the answer unless the owner went offline meanwhile."""
-        engine, i, c = self.engine, self.owner, self.channel
-        if not engine.dropped(i, c, self.epoch):
-            engine.apply(i, c, self.theta_bar, self.answer)
-        self._end()
+    def _answer_arrived(self, link: Link) -> None:
+        """The learner receives the answer and applies it, unless the owner went offline meanwhile."""
+        engine, i = self.engine, link.owner
+        c = self._channel[i]
+        if not (self._offline(i) and engine.dropped(i, c, self.epoch[i])):
+            engine.apply(i, c, self.point[i], self.answer[i], link.at)
+        self._end(i)
 
-    def _end(self) -> None:
+    def _offline(self, i: int) -> bool:
+        """Whether owner i went offline since its exchange began (``Engine.dropped`` then logs it)."""
+        return self._epochs[i] != self.epoch[i] or self._holds[i] > 0
+
+    def _lost(self, link: Link) -> None:
+        """The request or the answer was lost on the way (collision, loss, or never sent)."""
+        self._end(link.owner)
+
+    def _end(self, i: int) -> None:
         """Free the learner (if this exchange held it) and the owner."""
-        if self.holds_learner:
-            self.engine.learner_busy[self.channel] = False
-        self.engine.in_exchange[self.owner] = False
+        if self.serving[i]:
+            self._busy[self._channel[i]] = self.serving[i] = False
+        self.point[i] = self.answer[i] = None
+        self._in_exchange[i] = False
         if self.engine.closing is not None:
             self.engine.settled()
 
@@ -83,29 +114,37 @@ class Slot:
 
     def __init__(self, engine: Engine, channel: int, responders: list[int]) -> None:
         self.engine, self.channel = engine, channel
-        now, training = engine.env.now, engine.training
+        self.at = now = engine.env.now  # the slot's time: every responder answers and sends then
+        training = engine.training
         self.epochs = {i: engine.availability.epoch[i] for i in responders}
         self.points = {i: training.query(i, now, channel) for i in responders}
+        # every responder computes its answer at the slot: ε is charged here
         self.answers = {i: training.answer(i, self.points[i], now, channel) for i in responders}
         self.senders = [i for i in responders if self.answers[i] is not None]
+        self._on_arrival = [self._arrived]
         self.delivered: dict[int, bool] = {}
 
     def start(self) -> None:
         """Every owner that answered transmits; the slot closes when all messages are done."""
         for i in self.senders:
-            self.engine.uplink(i, self.channel, self.epochs[i], partial(self._receive, i, True),
-                               partial(self._receive, i, False))
+            self.engine.uplink(i, self.channel, self.epochs[i], self.at, self._on_arrival, self._lost)
 
-    def _receive(self, owner: int, delivered: bool, _event: simpy.Event | None = None) -> None:
+    def _arrived(self, link: Link) -> None:
+        self._receive(link.owner, True)
+
+    def _lost(self, link: Link) -> None:
+        self._receive(link.owner, False)
+
+    def _receive(self, owner: int, delivered: bool) -> None:
         """One sender's message arrived or was lost; the last of them closes the slot."""
         self.delivered[owner] = delivered
         if len(self.delivered) == len(self.senders):
             self._close()
 
     def _close(self) -> None:
-        """Apply every delivered answer whose owner stayed online, in owner order."""
+        """The learner receives every delivered answer whose owner stayed online, in owner order."""
         engine, c = self.engine, self.channel
         for i in self.senders:
             if (self.delivered[i] and not engine.dropped(i, c, self.epochs[i])
                     and not engine.done.triggered):
-                engine.apply(i, c, self.points[i], self.answers[i])
+                engine.apply(i, c, self.points[i], self.answers[i], engine.env.now)

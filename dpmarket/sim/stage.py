@@ -1,0 +1,49 @@
+"""What the engine puts on SimPy's event queue: one owner's next step, reused from step to step.
+
+A SimPy ``Timeout`` would do, but each is a new ``Event`` built through two Python calls, whose
+callback must then ask the environment for the time. ``Environment.step`` needs only ``callbacks``
+and ``_ok`` of what it pops, and an owner has at most one pending step of each kind: its clock's
+next tick, and the next stage of its one exchange in progress (request mode) or of its one
+message in a slot (broadcast mode). So each owner has a :class:`Stage` for its clock and a
+:class:`Link` for its messages, scheduled again and again with ``Environment.schedule`` (public
+SimPy): no object is made per tick or per message. A stage holds the time it fires, computed as
+``schedule`` computes it (``now + delay``, the same float), and ``callbacks`` is a one-element list
+shared by every stage of a kind (SimPy reads it, never changes it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from simpy.events import NORMAL, URGENT
+
+__all__ = ["NORMAL", "URGENT", "Link", "Stage"]
+
+
+class Stage:
+    """Owner ``owner``'s pending step: SimPy calls each of ``callbacks`` with it at time ``at``.
+
+    ``callbacks`` is None while the stage is not on the queue (SimPy sets it so when it fires).
+    """
+
+    __slots__ = ("callbacks", "at", "owner")
+    _ok = True  # what Environment.step checks after the callbacks: a stage never fails
+
+    def __init__(self, owner: int) -> None:
+        self.callbacks: list | None = None
+        self.at = 0.0
+        self.owner = owner
+
+
+class Link(Stage):
+    """Owner ``owner``'s message in flight (or the query it waits for): the channel it is on, its
+    ticket on that channel, what to call once it arrived or was lost, and, while carrier sensing
+    backs off, the availability epoch of its exchange and the attempts made."""
+
+    __slots__ = ("channel", "ticket", "arrived", "lost", "epoch", "attempt")
+
+    def __init__(self, owner: int) -> None:
+        super().__init__(owner)
+        self.channel = self.ticket = self.epoch = self.attempt = 0
+        self.arrived: list[Callable[[Link], None]] | None = None  # a SimPy callbacks list
+        self.lost: Callable[[Link], None] | None = None
