@@ -9,6 +9,7 @@ applied to the raw table before validation, so they are checked exactly like fil
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -329,6 +330,18 @@ class Output(_Strict):
     plots: bool = True
 
 
+# The scenario-wide default of each per-owner setting (Scenario.owner_value): read per owner by the
+# engine at every replication's start, so only the asked key is looked up.
+_OWNER_DEFAULTS: dict[str, Callable[[Scenario, int], Any]] = {
+    "epsilon": lambda s, i: s.privacy.epsilon, "delta": lambda s, i: s.privacy.delta,
+    "shift": lambda s, i: s.data.shift, "cap": lambda s, i: s.privacy.cap, "name": lambda s, i: None,
+    "records": lambda s, i: None, "clock_rate": lambda s, i: s.network.clock_rate,
+    "channel": lambda s, i: i % s.network.channels, "mean_online": lambda s, i: s.network.dropout.mean_online,
+    "mean_offline": lambda s, i: s.network.dropout.mean_offline, "outages": lambda s, i: s.network.outages,
+    "cost_coef": lambda s, i: None,
+}
+
+
 class Scenario(_Strict):
     """A whole scenario; ``Scenario.model_dump()`` is its fully resolved form."""
 
@@ -362,14 +375,7 @@ class Scenario(_Strict):
         value = getattr(spec, key) if spec is not None else None
         if value is not None:
             return value
-        net = self.network
-        defaults = {"epsilon": self.privacy.epsilon, "delta": self.privacy.delta, "shift": self.data.shift,
-                    "cap": self.privacy.cap, "name": None, "records": None,
-                    "clock_rate": net.clock_rate, "channel": index % net.channels,
-                    "mean_online": net.dropout.mean_online,
-                    "mean_offline": net.dropout.mean_offline, "outages": net.outages,
-                    "cost_coef": None}
-        return defaults[key]
+        return _OWNER_DEFAULTS[key](self, index)
 
     def resolved_table(self) -> dict:
         """The fully resolved scenario as a plain table, every default filled in except keys the
