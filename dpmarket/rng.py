@@ -10,10 +10,13 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable, Iterator, Sequence
+from itertools import chain, repeat
+from operator import methodcaller
 
 import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
+_TOLIST = methodcaller("tolist")
 STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market")
 
 
@@ -67,11 +70,12 @@ def _words(entropy: tuple[int, ...]) -> list[int]:
     """An entropy tuple as SeedSequence reads it: each integer's 32-bit words, least significant first."""
     out = []
     for value in entropy:
-        while True:
+        if value <= 0xFFFFFFFF:  # one word (zero too): most keys and indices
+            out.append(value)
+            continue
+        while value:
             out.append(value & 0xFFFFFFFF)
             value >>= 32
-            if not value:
-                break
     return out
 
 
@@ -126,7 +130,7 @@ class _Seeded(ISeedSequence):
     def generate_state(self, n_words: int, dtype=np.uint32) -> np.ndarray:
         if n_words != _POOL or np.dtype(dtype) != np.uint64:
             raise NotImplementedError("only PCG64's four uint64 words are precomputed")
-        return self.state.copy()
+        return self.state  # read once by PCG64, which copies it into its own state
 
 
 @functools.cache
@@ -153,8 +157,16 @@ def in_blocks(draw: Callable[[int], np.ndarray], block: int, most: int | None = 
     numpy draws a block's variates one after another with the same algorithm as one call per
     variate, so the sequence is exactly that of scalar calls (``exponential(scale)`` is
     ``scale * standard_exponential()`` too), whatever the blocks, at a fraction of the per-call cost.
+    The iterator is itertools' all the way down: taking a variate runs no Python code.
     """
-    while True:
-        yield from draw(block).tolist()
-        if most is not None:
-            block = min(2 * block, most)
+    sizes = repeat(block) if most is None else chain(_doubling(block, most), repeat(most))
+    return chain.from_iterable(map(_TOLIST, map(draw, sizes)))
+
+
+def _doubling(block: int, most: int) -> list[int]:
+    """block, 2·block, 4·block, … below ``most``."""
+    sizes = []
+    while block < most:
+        sizes.append(block)
+        block *= 2
+    return sizes
