@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+import tomli_w
 
 from dpmarket import privacy
 from dpmarket.errors import ScenarioError
@@ -34,6 +35,7 @@ from dpmarket.rng import in_blocks, stream
 from dpmarket.run import execute
 from dpmarket.scenario import Scenario, load, validate
 from dpmarket.sim import availability as avail
+from dpmarket.sim import exchange
 
 INF = float("inf")
 BASE = {"name": "engine", "seed": 11, "data": {"owners": 1, "records": 200, "features": 2},
@@ -503,6 +505,42 @@ def test_horizon_stops_the_run_and_only_truncates_it(tmp_path):
     assert short == [r for r in long if r.time <= 7.5]
     _, stopped = run(tmp_path, build(net, owners=3, iterations=25), "t.csv")
     assert stopped.stop_reason == "iterations" and stopped.training.k == 25
+
+
+JAMMED = {"mode": "request", "clock_rate": 1.0, "transmission_time": 2.0}  # with 30 owners: every
+# owner transmits two thirds of the time, so a request overlaps another with probability 1 - 3⁻²⁹
+
+
+def test_a_channel_that_loses_every_request_stalls_instead_of_running_for_ever(tmp_path):
+    """Thirty owners whose requests last 2 time units against clocks of rate 1: each request overlaps
+    another, so none is served and no ε is spent; without a horizon the run never ended. Now it stops
+    ("stalled") at STALL_REQUESTS requests lost in a row. The CLI as a user runs it, with a timeout."""
+    raw = table(JAMMED, owners=30, iterations=100)
+    path = tmp_path / "jammed.toml"
+    path.write_text(tomli_w.dumps(raw))
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "dpmarket", "run", str(path), "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["stop_reason"], summary["iterations"], summary["collisions"]) == (
+        "stalled", 0, exchange.STALL_REQUESTS)
+    with open(out / "owners.csv", newline="") as fh:
+        assert [float(r["epsilon_spent"]) for r in csv.DictReader(fh)] == [0.0] * 30
+
+
+def test_the_stall_count_is_of_requests_lost_in_a_row(tmp_path, monkeypatch):
+    """With the limit at 30: a jammed channel stops after exactly 30 lost requests; a lossy but
+    workable channel loses far more than 30 requests in all, but never 30 in a row, and runs to T."""
+    monkeypatch.setattr(exchange, "STALL_REQUESTS", 30)
+    rows, result = run(tmp_path, build(JAMMED, owners=30, iterations=100), "jammed.csv")
+    assert result.stop_reason == "stalled"
+    assert Counter(r.kind for r in rows)["collision"] == 30 and not any(r.kind == "query" for r in rows)
+    lossy = {"mode": "request", "clock_rate": 1.0, "transmission_time": 0.001, "loss_probability": 0.3}
+    rows, result = run(tmp_path, build(lossy, owners=3, iterations=200), "lossy.csv")
+    assert result.stop_reason == "iterations" and result.training.k == 200
+    served = Counter(r.kind for r in rows)["query"]
+    assert Counter(r.kind for r in rows)["request"] - served > 30
 
 
 # -- broadcast mode ------------------------------------------------------------------------

@@ -311,6 +311,11 @@ class Engine:
         self.emit("loss", i, c, "owner went offline")
         return True
 
+    def stop(self, reason: str) -> None:
+        """End the run now, for ``reason`` (request mode's stall rule, see exchange.STALL_REQUESTS)."""
+        if not self.done.triggered:
+            self.done.succeed(reason)
+
     def apply(self, i: int, c: int, theta_bar: np.ndarray, answer: np.ndarray, now: float) -> None:
         """The learner agent receives owner i's answer at ``now`` and applies it (Training.apply);
         the run ends at T updates."""

@@ -23,6 +23,15 @@ from dpmarket.sim.stage import NORMAL, Link
 if TYPE_CHECKING:
     from dpmarket.sim.engine import Engine
 
+# Request mode: once this many requests in a row were lost before the learner could serve one, the
+# run stops ("stalled"). No ε is spent without a served request, so no budget can run out: when the
+# channel loses every request (a transmission time long against the clocks makes every request
+# overlap another), a run without a horizon would go on for ever. Pure ALOHA with Poisson clocks
+# always leaves a positive chance of a request getting through, so the engine cannot prove that none
+# ever will; it stops at a count no workable channel reaches (at one request in a thousand served,
+# 100,000 losses in a row happen with probability e⁻¹⁰⁰).
+STALL_REQUESTS = 100_000
+
 class Requests:
     """Request mode's exchanges, one per owner at most, from each request to its update or loss.
 
@@ -38,6 +47,7 @@ class Requests:
         self.point: list = [None] * n  # what Training.query returned (θ̄, or the Recorder's k)
         self.answer: list = [None] * n
         self.serving = [False] * n
+        self.unserved = 0  # requests lost in a row since the learner last served one
         # bound once: each is read at every exchange
         self._epochs, self._busy = engine.availability.epoch, engine.learner_busy
         self._in_exchange, self._channel = engine.in_exchange, engine.owner_channel
@@ -46,13 +56,14 @@ class Requests:
         # bound once: what the engine calls back, at every message
         self._on_request, self._on_answer = [self._request_arrived], [self._answer_arrived]
         self._on_query, self._on_lost = [self._query_arrived], self._lost
+        self._on_request_lost = self._request_lost
 
     def start(self, i: int, c: int, now: float) -> None:
         """Owner i, online, free and able to pay, sends its request on channel c."""
         self._in_exchange[i] = True
         self._row((now, "request", i, None, None, c, None))
         self.epoch[i] = epoch = self._epochs[i]
-        self.engine.uplink(i, c, epoch, now, self._on_request, self._on_lost)
+        self.engine.uplink(i, c, epoch, now, self._on_request, self._on_request_lost)
 
     def _request_arrived(self, link: Link) -> None:
         """The learner serves the request if it is free on the channel: it sends θ̄."""
@@ -60,7 +71,8 @@ class Requests:
         c = self._channel[i]
         if self._busy[c]:
             self._row((now, "loss", i, None, None, c, "learner busy"))
-            return self._end(i)
+            return self._request_lost(link)
+        self.unserved = 0
         self._busy[c] = self.serving[i] = True
         self.point[i] = self._training.query(i, now, c)
         downlink = self.engine.downlink
@@ -91,8 +103,16 @@ class Requests:
         """Whether owner i went offline since its exchange began (``Engine.dropped`` then logs it)."""
         return self._epochs[i] != self.epoch[i] or self._holds[i] > 0
 
+    def _request_lost(self, link: Link) -> None:
+        """The request never reached a free learner (collision, loss, never sent, or the learner was
+        busy); the run stalls after STALL_REQUESTS such losses in a row."""
+        self._end(link.owner)
+        self.unserved += 1
+        if self.unserved == STALL_REQUESTS:
+            self.engine.stop("stalled")
+
     def _lost(self, link: Link) -> None:
-        """The request or the answer was lost on the way (collision, loss, or never sent)."""
+        """The answer was lost on the way (collision, loss, or never sent)."""
         self._end(link.owner)
 
     def _end(self, i: int) -> None:
