@@ -864,3 +864,20 @@ def test_block_draws_give_exactly_the_scalar_sequences(block):
     scalar, blocks = fresh(), in_blocks(fresh().standard_exponential, block)
     means = [20.0, 2.0] * 100  # availability: alternating online and offline means
     assert [m * next(blocks) for m in means] == [scalar.exponential(m) for m in means]
+
+
+
+@pytest.mark.parametrize("seed", [11, 12, 13])
+def test_broadcast_answers_paid_for_reach_the_learner_when_the_last_owner_leaves(tmp_path, seed):
+    """The budget runs out with no horizon: the owner answers its last slot and leaves at its next
+    tick, which comes before that answer arrives (fast clock, long transmission). The answer was
+    paid for in ε, so the run waits for it: every response is resolved (applied or lost), none is
+    dropped at the stop."""
+    scenario = build({"mode": "broadcast", "clock_rate": 20.0, "broadcast_interval": 1.0,
+                      "transmission_time": 0.5, "loss_probability": 0.3}, owners=1, iterations=40,
+                      seed=seed)
+    rows, result = run(tmp_path, scenario)
+    kinds = Counter(r.kind for r in rows)
+    assert result.stop_reason == "budgets exhausted" and kinds["response"] == 40
+    assert kinds["update"] + kinds["loss"] == kinds["response"]
+    assert kinds["update"] == result.training.k

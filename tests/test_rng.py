@@ -14,7 +14,8 @@ from dpmarket import rng
 from dpmarket.rng import STREAMS, in_blocks, stream, streams
 
 SEEDS = st.one_of(st.integers(0, 2**32 - 1), st.integers(2**32, 2**63), st.sampled_from([0, 2015, 2**32]))
-REQUESTS = st.lists(st.tuples(SEEDS, st.sampled_from(STREAMS), st.integers(0, 2**40)), min_size=1, max_size=30)
+REQUESTS = st.lists(st.tuples(SEEDS, st.sampled_from(STREAMS), st.integers(0, 2**40)), min_size=1,
+                    max_size=30)
 
 
 @given(REQUESTS)

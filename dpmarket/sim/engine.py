@@ -84,6 +84,7 @@ class Engine:
         self._epoch, self._holds = self.availability.epoch, self.availability.holds
         # per-owner and per-channel flags as Python lists: read at every tick and message
         self.in_exchange = [False] * N
+        self.slots_on_air = 0  # broadcast slots whose messages are not all resolved yet
         self.learner_busy = [False] * self.net.channels
         self.ready: list[set[int]] = [set() for _ in range(self.net.channels)]
         self.channel_rng = streams.stream(scenario.seed, "channel")
@@ -240,13 +241,16 @@ class Engine:
             self._count_reachable(-1)
 
     def settled(self) -> None:
-        """End the run if no owner is left and no request-mode exchange is still under way.
+        """End the run if no owner is left and no exchange or slot is still on the air.
 
-        An owner that left by going offline (its trace ended, or past the horizon) may leave an
-        exchange on the air; the run ends once it is resolved (lost, or collided), so the
-        channels' counts are whole.
+        The last owner may leave with a message on the air: in request mode by going offline (its
+        trace ended, or past the horizon), in broadcast mode also when its budget is spent after it
+        answered a slot (it leaves at its next tick, which may come before its answer arrives). The
+        run ends once every such message is resolved (applied, lost, or collided), so the answers
+        paid for reach the learner and the channels' counts are whole.
         """
-        if self.closing is not None and not self.done.triggered and not any(self.in_exchange):
+        if (self.closing is not None and not self.done.triggered and not self.slots_on_air
+                and not any(self.in_exchange)):
             self.done.succeed(self.closing)
 
     def _send(self, i: int, c: int, epoch: int, now: float, arrived: Arrived, lost: Lost) -> None:

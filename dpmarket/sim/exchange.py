@@ -129,7 +129,9 @@ class Slot:
     """One broadcast slot on a channel: every ready owner answers the query at once.
 
     With collisions on, only a lone sender gets through; with them off, every delivered
-    answer is applied in owner order (a receiver that decodes simultaneous messages).
+    answer is applied in owner order (a receiver that decodes simultaneous messages). The slot is
+    on the air from the query until its last message is resolved; a run that ends because no owner
+    is left waits for it (:meth:`Engine.settled`), as it waits for a request-mode exchange.
     """
 
     def __init__(self, engine: Engine, channel: int, responders: list[int]) -> None:
@@ -146,6 +148,8 @@ class Slot:
 
     def start(self) -> None:
         """Every owner that answered transmits; the slot closes when all messages are done."""
+        if self.senders:
+            self.engine.slots_on_air += 1
         for i in self.senders:
             self.engine.uplink(i, self.channel, self.epochs[i], self.at, self._on_arrival, self._lost)
 
@@ -168,3 +172,6 @@ class Slot:
             if (self.delivered[i] and not engine.dropped(i, c, self.epochs[i])
                     and not engine.done.triggered):
                 engine.apply(i, c, self.points[i], self.answers[i], engine.env.now)
+        engine.slots_on_air -= 1
+        if engine.closing is not None:
+            engine.settled()
