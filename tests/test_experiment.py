@@ -248,25 +248,9 @@ def test_a_different_experiment_in_the_same_directory_is_refused(tmp_path, capsy
     assert (other / "notes.txt").read_text() == "mine"
 
 
-SLOW = """
-name = "slowish"
-seed = 9
-[data]
-owners = 3
-records = 300
-features = 3
-generator = "correlated"
-[model]
-intercept = true
-[learner]
-iterations = 1500
-rho = 3.0
-[network]
-mode = "request"  # the SimPy engine schedules each replication: slow enough to interrupt
-[output]
-metric_points = 5
-plots = false
-"""
+# request mode, 1500 iterations: slow enough to interrupt
+SLOW = tiny(name="slowish", seed=9, learner={"iterations": 1500}, network={"mode": "request"},
+            output={"metric_points": 5, "plots": False})
 
 
 EPSILONS = "1,2,5,10,20,50,100,200"
@@ -274,7 +258,7 @@ EPSILONS = "1,2,5,10,20,50,100,200"
 
 def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tmp_path):
     path = tmp_path / "slow.toml"
-    path.write_text(SLOW)
+    path.write_text(SLOW.to_toml())
     # eight cells of 16: replayed, a task is a whole cell, so the interrupt finds tasks still queued
     args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", f"privacy.epsilon={EPSILONS}",
             "--replications", "16", "--executor", "process", "--workers", "2", "--quiet"]
@@ -296,9 +280,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     done = subprocess.run([*args, "--out", str(out)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    clean = make_plan("sweep", tiny(name="slowish", seed=9, learner={"iterations": 1500},
-                                    network={"mode": "request"}, output={"metric_points": 5, "plots": False}),
-                      [f"privacy.epsilon={EPSILONS}"], 16, "t")
+    clean = make_plan("sweep", SLOW, [f"privacy.epsilon={EPSILONS}"], 16, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")
     assert json.loads((out / "sweep.json").read_text())["reused_replications"] >= len(saved)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TOML
+from helpers import tiny_toml
 
 from dpmarket import files
 from dpmarket.cli import main
@@ -27,12 +27,16 @@ from dpmarket.output import results
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-TINY = TINY_TOML.format(plots="false")
-SLOW = TINY.replace("records = 300", "records = 3000").replace("iterations = 80", "iterations = 200000")
+TINY = tiny_toml()
 # many short replications: a sweep interrupted now stops soon after (running tasks finish first)
 MANY = ("--grid", "privacy.epsilon=1,10", "--replications", "64", "--quiet")
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
+
+
+def slow(plots: bool = False) -> str:
+    """TINY with 3000 records an owner and 200000 iterations: still running when it is stopped."""
+    return tiny_toml(data={"records": 3000}, learner={"iterations": 200000}, output={"plots": plots})
 
 
 def write(tmp_path: Path, text: str = TINY, name: str = "s.toml") -> Path:
@@ -190,7 +194,7 @@ def test_a_grid_cell_naming_a_missing_file_fails_before_any_work(tmp_path, monke
 @LINUX
 def test_a_killed_runs_staging_directory_is_removed_by_the_next_run_and_nothing_else(tmp_path):
     out = tmp_path / "run"
-    proc = start("run", write(tmp_path, SLOW, "slow.toml"), "--out", out, "--quiet")
+    proc = start("run", write(tmp_path, slow(), "slow.toml"), "--out", out, "--quiet")
     left = wait_for(lambda: staging_of(tmp_path, "run"))
     proc.kill()  # SIGKILL: no handler runs, the staging directory stays
     proc.communicate(timeout=30)
@@ -209,10 +213,10 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
     """The figure painter of ``run`` and the pool workers of ``sweep`` end when their parent is
     killed outright (SIGKILL, which no handler sees)."""
     if command == "run":
-        args = ["run", write(tmp_path, SLOW.replace("plots = false", "plots = true")), "--quiet"]
+        args = ["run", write(tmp_path, slow(plots=True)), "--quiet"]
         expected = 1
     else:
-        args = ["sweep", write(tmp_path, SLOW), "--grid", "privacy.epsilon=1,10", "--replications", "4",
+        args = ["sweep", write(tmp_path, slow()), "--grid", "privacy.epsilon=1,10", "--replications", "4",
                 "--executor", "process", "--workers", "2", "--quiet"]
         expected = 2
     proc = start(*args, "--out", tmp_path / "out")
@@ -228,7 +232,7 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
 def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, sig, status):
     """Sent to the whole process group, as a terminal (Ctrl-C) or a batch system does: the figure
     painter prints no traceback of its own; no staging directory, lock or run directory stays."""
-    path = write(tmp_path, SLOW.replace("plots = false", "plots = true"))
+    path = write(tmp_path, slow(plots=True))
     proc = start("run", path, "--out", tmp_path / "run", "--quiet", start_new_session=True)
     # Training has begun once events.csv is being written. (Earlier, a Ctrl-C landing while numpy
     # first imports numpy.random is lost inside that import: numpy's, not ours to fix.)
