@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import tomli_w
 from scipy import stats
@@ -73,6 +75,19 @@ def budgeted_market_toml() -> str:
               "costs": {"kind": "quadratic", "coef": 0.5, "distribution": "lognormal", "sigma": 0.5}}
     return small_toml(name="tinymarket", seed=5, learner={"iterations": 60}, output={"plots": False},
                       market=market)
+
+
+def wait_for(condition, timeout: float = 60.0):
+    """Poll ``condition`` until it returns something true (returned), or fail after ``timeout`` s.
+    Tests wait for what they wait for, never a fixed time: the deadline is only patience, generous
+    for a machine whose cores other jobs share."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"still waiting after {timeout} s")
 
 
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:

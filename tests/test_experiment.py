@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ks_accepts, tiny
+from helpers import ks_accepts, tiny, wait_for
 from scipy import stats
 
 from dpmarket import rng
@@ -265,9 +264,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while not list((out / "tasks").glob("c*.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

@@ -5,6 +5,7 @@ wait polls for what it waits for."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -13,11 +14,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import tiny_toml
+from helpers import tiny_toml, wait_for
 
 from dpmarket import files
 from dpmarket.cli import main
@@ -28,8 +28,12 @@ from dpmarket.output import results
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 TINY = tiny_toml()
-# many short replications: a sweep interrupted now stops soon after (running tasks finish first)
-MANY = ("--grid", "privacy.epsilon=1,10", "--replications", "64", "--quiet")
+# 300 short tasks (a replayed task is a whole cell of 32 replications, about 0.1 s): far from done
+# when it is stopped, whatever the load, and it stops soon after (running tasks finish first).
+# Two cells of 64 were two tasks, done about when the first file appeared: a signal sent then
+# could find the sweep finished.
+MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, 301)), "--replications", "32",
+        "--quiet")
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
 
@@ -55,17 +59,6 @@ def cli(*args: str, **options) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, **options)
 
 
-def wait_for(condition, timeout: float = 60.0):
-    """Poll ``condition`` until it returns something true (returned), or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"still waiting after {timeout} s")
-
-
 def hidden(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
@@ -75,16 +68,20 @@ def staging_of(parent: Path, name: str) -> list[Path]:
 
 
 def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (any of its threads may have started them)."""
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()]
+    """The child processes of ``pid`` (any of its threads may have started them; a thread that
+    ends while they are read had none left)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def running(pid: int) -> bool:
     """Alive and not a zombie (a dead child waits for its new parent to reap it)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
@@ -224,7 +221,7 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
     assert all(running(pid) for pid in helpers)
     proc.kill()
     proc.communicate(timeout=30)
-    wait_for(lambda: not any(running(pid) for pid in helpers), timeout=10)
+    wait_for(lambda: not any(running(pid) for pid in helpers))
 
 
 @LINUX
@@ -277,8 +274,7 @@ def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
 @LINUX
 def test_a_second_writer_into_the_same_directory_is_refused_with_one_line(tmp_path):
     out = tmp_path / "out"
-    args = ["sweep", write(tmp_path), "--grid", "privacy.epsilon=1,10", "--replications", "2000", "--quiet",
-            "--executor", "process", "--workers", "1", "--out", out]  # still running when the second comes
+    args = ["sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "1", "--out", out]
     first = start(*args)
     wait_for(lambda: (out / "tasks").is_dir())
     second = cli(*args)
