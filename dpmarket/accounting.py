@@ -112,6 +112,20 @@ def _calibrate(mechanism: str, accountant: str, answers: int, epsilon: float, de
     return math.exp(log_z)
 
 
+def check_reachable(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> None:
+    """A CalibrationError when no noise within the search range makes m answers compose to (ε, δ),
+    as :func:`noise_multiplier` would raise it, in microseconds where it can: under PLD the answers
+    compose more tightly than under RDP (its noise is smaller), so RDP reaching (ε, δ) shows PLD does;
+    where RDP does not, PLD's own search decides (tens of milliseconds)."""
+    if accountant == "pld":
+        try:
+            noise_multiplier(mechanism, "rdp", answers, epsilon, delta)
+            return
+        except CalibrationError:
+            pass
+    noise_multiplier(mechanism, accountant, answers, epsilon, delta)
+
+
 class _Remembered:
     """A fresh accountant for ``calibrate_dp_mechanism`` that answers through :func:`composed_epsilon`
     (the same accountant, cached), so that the bracket's two evaluations are not computed again."""

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import io
+import json
 import math
 import subprocess
 import sys
@@ -396,3 +398,167 @@ def test_multiplier_tables_match_the_exact_calibration():
         exact = np.array([noise_multiplier(mechanism, accountant, 30, float(e), 1e-6) for e in eps])
         assert table == pytest.approx(exact, rel=1e-3)
         assert table * 10 ** (1 / NODES_PER_DECADE) != pytest.approx(exact, rel=0.05)
+
+
+# --- every output says which accountant made the guarantee ------------------------------------------
+
+def scenario_file(tmp_path: Path, **sections) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(tiny(**sections).to_toml(), encoding="utf-8")
+    return path
+
+
+def test_replicated_runs_say_which_accountant_made_the_guarantee(tmp_path, capsys):
+    """``run --replications``: summary.json, report.html and the terminal name the PLD accountant and
+    δ; the same run under basic composition (a wrong input for the check) says pure ε-DP instead."""
+    from dpmarket.cli import main
+
+    for accountant, says in (("pld", "PLD (privacy-loss distribution) accountant"),
+                             ("basic", "pure ε-DP: Laplace answers, basic composition")):
+        path = scenario_file(tmp_path, privacy={"accountant": accountant, "delta": 1e-6})
+        out = tmp_path / f"rep-{accountant}"
+        assert main(["run", str(path), "--replications", "2", "--executor", "serial", "--quiet",
+                     "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["accountant"] == accountant and says in summary["guarantee"]
+        assert summary["delta"] == (1e-6 if accountant == "pld" else 0.0)
+        assert f"Privacy: {summary['guarantee']}" in html.unescape((out / "report.html").read_text())
+        printed = capsys.readouterr().out
+        assert f"privacy       {summary['guarantee']}" in printed
+        assert ("δ = 1e-06" in printed) == (accountant == "pld")
+
+
+def test_each_sweep_cell_says_its_own_guarantee(tmp_path, capsys):
+    """A grid over the mechanism and the accountant: every row of sweep.csv carries its cell's
+    mechanism, accountant and δ (0 for pure ε-DP), sweep.json lists each guarantee once with its
+    cells, and report.html and the terminal state all four."""
+    from dpmarket.cli import main
+
+    path = scenario_file(tmp_path, privacy={"delta": 1e-6})
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--grid", "privacy.mechanism=laplace,gaussian", "--grid",
+                 "privacy.accountant=basic,pld", "--executor", "serial", "--quiet", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO((out / "sweep.csv").read_text())))
+    assert [(r["privacy.mechanism"], r["privacy.accountant"]) for r in rows] == [
+        ("laplace", "basic"), ("laplace", "pld"), ("gaussian", "basic"), ("gaussian", "pld")]
+    for r in rows:
+        assert (r["mechanism"], r["accountant"]) == (r["privacy.mechanism"], r["privacy.accountant"])
+        assert float(r["delta"]) == (0.0 if r["cell"] == "0" else 1e-6)
+    guarantees = json.loads((out / "sweep.json").read_text())["privacy"]
+    assert [g["cells"] for g in guarantees] == [[0], [1], [2], [3]]
+    assert [(g["mechanism"], g["accountant"]) for g in guarantees] == [
+        ("laplace", "basic"), ("laplace", "pld"), ("gaussian", "basic"), ("gaussian", "pld")]
+    page, printed = html.unescape((out / "report.html").read_text()), capsys.readouterr().out
+    for g in guarantees:
+        assert f"cells {g['cells'][0]}: {g['guarantee']}" in page
+        assert f"privacy       cells {g['cells'][0]}: {g['guarantee']}" in printed
+
+
+def test_a_sweep_with_one_guarantee_says_it_once(tmp_path):
+    from dpmarket.cli import main
+
+    path = scenario_file(tmp_path, privacy={"accountant": "rdp", "delta": 1e-5})
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,4", "--executor", "serial", "--quiet",
+                 "--out", str(out)]) == 0
+    (only,) = json.loads((out / "sweep.json").read_text())["privacy"]
+    assert only["cells"] == [0, 1] and only["accountant"] == "rdp" and only["delta"] == 1e-5
+    assert "Privacy: (ε, δ)-DP: m_i laplace answers composed by dp-accounting's RDP accountant, δ = 1e-05." \
+        in html.unescape((out / "report.html").read_text())
+
+
+# --- a sweep checks every cell's (ε, δ, m) before any work ------------------------------------------
+
+def test_a_sweep_whose_17th_cell_is_unreachable_fails_before_any_work(tmp_path):
+    """RDP cannot get 60 answers under ε = 0.5 at δ = 10⁻³⁰⁰ (its orders stop at 1,024): the 17th
+    cell of 20. The sweep ends at once with exit 2 and one line naming that cell's swept keys, and
+    writes nothing (no cell ran: the directory is never made). The grid without that δ passes the
+    check (a wrong input: the check refuses only what no noise reaches)."""
+    path = scenario_file(tmp_path, privacy={"epsilon": 1.0, "accountant": "rdp", "delta": 1e-6})
+    grid = ["--grid", "privacy.epsilon=4,2,1,0.5", "--grid", "privacy.delta=1e-6,1e-300,1e-5,1e-4,1e-3"]
+    out = tmp_path / "sweep"
+    command = [sys.executable, "-m", "dpmarket", "sweep", str(path), *grid, "--executor", "serial",
+               "--quiet", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists()
+    assert f"{path} (with --grid privacy.epsilon=0.5 privacy.delta=1e-300): privacy.epsilon = 0.5: " \
+           "no laplace noise makes 60 answers compose" in done.stderr
+    from dpmarket.experiment.study import make_plan
+    from dpmarket.scenario import load
+
+    plan = make_plan("sweep", load(path), [grid[1], "privacy.delta=1e-6,1e-5,1e-4,1e-3"], 1, str(path))
+    assert len(plan.cells) == 16
+    with pytest.raises(ScenarioError) as err:
+        make_plan("sweep", load(path), grid[1::2], 1, str(path))
+    assert err.value.key == "privacy.epsilon" and "privacy.delta=1e-300" in err.value.source
+
+
+def test_a_market_sweep_checks_the_least_budget_a_seller_sells(tmp_path):
+    """In a market the owners' ε is the market's, at least market.epsilon_min: that is the key named."""
+    from dpmarket.cohort import check_budgets
+
+    market = {"policy": "posted_price", "price": 1.0, "epsilon_min": 0.5, "forecast": "law",
+              "costs": {"kind": "quadratic", "coef": 0.1}}
+    scenario = tiny(privacy={"accountant": "rdp", "delta": 1e-300}, market=market)
+    with pytest.raises(ScenarioError) as err:
+        check_budgets(scenario)
+    assert err.value.key == "market.epsilon_min" and err.value.value == 0.5
+    check_budgets(tiny(privacy={"accountant": "rdp", "delta": 1e-300}, market={**market, "epsilon_min": 5.0}))
+
+
+# --- one market under basic and PLD accounting ------------------------------------------------------
+
+def market_case(accountant: str):
+    return tiny(data={"owners": 6, "records": [2000, 3000, 4000, 5000, 6000, 8000], "generator": "whitened"},
+                model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},
+                privacy={"split": "capped", "accountant": accountant, "delta": 1e-6},
+                market={"policy": "posted_price", "price": 0.3, "value": 100.0, "forecast": "law",
+                        "epsilon_min": 0.5, "epsilon_max": 50.0,
+                        "costs": {"kind": "quadratic", "coef": 0.1, "distribution": "lognormal",
+                                  "sigma": 0.5}})
+
+
+def test_a_pld_market_forecasts_a_better_model_for_the_same_budgets_and_buys_differently(tmp_path):
+    """At the same posted price the owners sell the same ε under both accountants (their costs decide),
+    and the law forecasts a better model under PLD: its noise term falls by exactly what the owners'
+    calibrated noise falls, Σ a_i z_i² against Σ a_i (m_i/ε_i)² for the owners a run builds at those ε.
+    A forecast that ignores the accountant (a wrong input) forecasts basic's ψ̂. The Stackelberg
+    learner, optimising on the forecast, posts another price. The comparison's summary.json, report
+    and table say which accountant made the guarantee."""
+    from dpmarket.market import compare, law
+
+    results = {a: compare.compare(market_case(a), ["posted_price", "stackelberg"], 1)
+               for a in ("basic", "pld")}
+    posted = {a: c.results[0].outcome for a, c in results.items()}
+    assert np.array_equal(posted["pld"].epsilon, posted["basic"].epsilon)
+    assert posted["pld"].spend == posted["basic"].spend
+    assert posted["pld"].psi_forecast < 0.5 * posted["basic"].psi_forecast
+
+    scenario = market_case("pld")
+    from dpmarket.problem import prepare
+
+    prepared = prepare(scenario)
+    inputs = law.build_inputs(scenario, prepared.consortium)
+    sizes, eps = prepared.consortium.sizes.astype(float), posted["pld"].epsilon
+    everyone = np.ones((1, 6), bool)
+    noise = {a: law.LawForecast(replace(inputs, noise=inputs.noise if a == "pld" else None))
+             .terms(eps, sizes, everyone)[1][0] for a in ("basic", "pld")}
+    weights = law.owner_weights(inputs)
+    owners = {a: build_owners(market_case(a), prepared.consortium, prepared.objective, np.arange(6), eps)
+              for a in ("basic", "pld")}
+    z2 = {a: sum(w * o.multiplier**2 for w, o in zip(weights, owners[a], strict=True)) for a in owners}
+    assert noise["pld"] / noise["basic"] == pytest.approx(z2["pld"] / z2["basic"], rel=2e-3)
+    assert z2["pld"] / z2["basic"] < 0.8
+    ignoring = law.LawForecast(replace(inputs, noise=None)).coalitions(eps, sizes, everyone)[0]
+    assert ignoring == pytest.approx(posted["basic"].psi_forecast, rel=1e-12)
+
+    stackelberg = {a: c.results[1].outcome for a, c in results.items()}
+    assert stackelberg["pld"].price != pytest.approx(stackelberg["basic"].price, rel=0.01)
+    assert not np.allclose(stackelberg["pld"].epsilon, stackelberg["basic"].epsilon, rtol=0.01)
+
+    rows = compare.write(results["pld"], tmp_path / "market")
+    summary = json.loads((tmp_path / "market" / "summary.json").read_text())
+    assert summary["accountant"] == "pld" and "PLD" in summary["guarantee"] and summary["delta"] == 1e-6
+    page = html.unescape((tmp_path / "market" / "report.html").read_text())
+    assert f"Privacy: {summary['guarantee']}" in page
+    assert f"privacy: {summary['guarantee']}; δ = 1e-06" in compare.table(rows, tmp_path, "", scenario)

@@ -16,10 +16,12 @@ import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
 from dpmarket.market.forecast import Forecast, calibrate
+from dpmarket.privacy import guarantee
 
+GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
                  "psi_q25", "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
-                 "benefit_share_mean", "forecast")
+                 "benefit_share_mean", "forecast", *GUARANTEE_COLUMNS)
 REPLICATION_COLUMNS = ("replication", "seed", "psi_final", "iterations", "stop_reason", "collisions",
                        "dropouts", "losses", "refusals", "simulated_time", "owners_benefiting")
 
@@ -29,6 +31,27 @@ def grid_value(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
     return value
+
+
+def cell_guarantee(scenario) -> dict[str, Any]:
+    """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
+    (:func:`dpmarket.privacy.guarantee`)."""
+    p = scenario.privacy
+    return guarantee(p.mechanism, p.accountant, p.delta)
+
+
+def guarantees(cells: list[Cell]) -> list[dict[str, Any]]:
+    """sweep.json's ``privacy``: each distinct guarantee once, with the cells it covers (one entry
+    unless the grid varies the mechanism, the accountant or δ)."""
+    out: list[dict[str, Any]] = []
+    for cell in cells:
+        facts = cell_guarantee(cell.scenario)
+        same = next((g for g in out if all(g[k] == v for k, v in facts.items())), None)
+        if same is None:
+            out.append({"cells": [cell.index], **facts})
+        else:
+            same["cells"].append(cell.index)
+    return out
 
 
 def psi_stats(psi: np.ndarray) -> dict[str, float]:
@@ -102,6 +125,7 @@ def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple
     rows = []
     for cell, summary, records in zip(cells, summaries, by_cell, strict=True):
         summary["forecast"] = float(fit.psi(*theorem_terms(records))) if fit else ""
+        summary.update(cell_guarantee(cell.scenario))
         rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
     return rows, fit, why
 
