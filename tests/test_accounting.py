@@ -562,3 +562,82 @@ def test_a_pld_market_forecasts_a_better_model_for_the_same_budgets_and_buys_dif
     page = html.unescape((tmp_path / "market" / "report.html").read_text())
     assert f"Privacy: {summary['guarantee']}" in page
     assert f"privacy: {summary['guarantee']}; δ = 1e-06" in compare.table(rows, tmp_path, "", scenario)
+
+
+# --- Theorem 2's form follows the calibrated noise ---------------------------------------------------
+
+@pytest.mark.parametrize("mechanism, accountant, factor", [("laplace", "pld", 1.0), ("laplace", "rdp", 1.0),
+                                                           ("gaussian", "basic", math.sqrt(2.0))])
+def test_effective_budgets_are_those_of_the_owners_calibrated_noise(mechanism, accountant, factor):
+    """ε̃_i = m_i/z_i (√2·m_i/z_i for Gaussian answers) with the z_i and m_i of the owners a run of the
+    coalition builds (tables: 0.2 %), per coalition; Theorem 1's noise has none (ε̃ is ε itself),
+    and ε itself (a wrong input) is far from ε̃ under the accountants."""
+    from dpmarket.market.forecast import effective_budgets
+
+    scenario, prepared = law_case(mechanism, accountant)
+    noise = effective_budgets(scenario, 6)
+    gen = np.random.default_rng(8)
+    for _ in range(4):
+        members = np.sort(gen.permutation(6)[: int(gen.integers(1, 7))])
+        eps = gen.uniform(0.5, 20.0, 6)
+        owners = build_owners(scenario, prepared.consortium, prepared.objective, members, eps)
+        truth = np.array([factor * o.answers_allowed / o.multiplier for o in owners])
+        got = noise.of_members(eps, np.isin(np.arange(6), members))
+        assert got == pytest.approx(truth, rel=2e-3)
+        assert not np.allclose(got, eps[members], rtol=0.05)
+    assert effective_budgets(law_case("laplace", "basic")[0], 6) is None
+
+
+def test_one_theorem2_fit_spans_cells_of_two_accountants(tmp_path):
+    """A sweep over the accountant and ε: on the effective budgets of the cells' calibrated noise,
+    Theorem 2's one fit describes basic and PLD cells alike (RMS relative error under 0.2; PLD's ψ is
+    50 times smaller at ε = 1 here); on the budgets themselves (a wrong input) it cannot (above 0.5)."""
+    from dpmarket.experiment.study import Execution, make_plan, run_sweep
+    from dpmarket.market.forecast import calibrate
+
+    base = tiny(data={"owners": 3, "records": 100_000, "generator": "whitened"}, model={"intercept": False},
+                learner={"iterations": 1000}, privacy={"delta": 1e-6})
+    plan = make_plan("sweep", base, ["privacy.accountant=basic,pld", "privacy.epsilon=1,3,10,30"], 2, "t")
+    meta = run_sweep(plan, tmp_path / "sweep", Execution("serial"))
+    assert meta["forecast"]["rms_relative_error"] < 0.2
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "sweep" / "sweep.csv").read_text())))
+    psi = [float(r["psi_mean"]) for r in rows]
+    assert psi[4] < psi[0] / 10  # PLD against basic at ε = 1
+    for row in rows:
+        assert float(row["forecast"]) == pytest.approx(float(row["psi_mean"]), rel=0.35)
+    raw = [np.full(3, float(r["privacy.epsilon"])) for r in rows]
+    assert calibrate(raw, [300_000.0] * len(rows), psi).rms_relative_error > 0.5
+
+
+def test_theorem2_forecasts_of_a_market_read_the_calibrated_noise():
+    """Explicit constants under PLD forecast with the owners' effective budgets (what a run of the
+    coalition would add), and the pilots' fit recovers the constants of a ψ made of them exactly,
+    where a fit on the budgets themselves (a wrong input) misses."""
+    from dpmarket.market import calibration
+    from dpmarket.market.calibration import PilotRuns, fit_theorem2
+    from dpmarket.problem import prepare
+
+    scenario = market_case("pld")
+    scenario = scenario.model_copy(update={"market": scenario.market.model_copy(
+        update={"forecast": calibration.ForecastConstants(c0=0.0, c1=0.0, c2=4e7)})})
+    prepared = prepare(scenario)
+    sizes = prepared.consortium.sizes.astype(float)
+    forecast, _ = calibration.resolve(scenario, prepared.consortium, prepared.objective)
+    eps, mask = np.array([1.0, 2.0, 3.0, 5.0, 8.0, 13.0]), np.array([[1, 1, 0, 1, 0, 1]], bool)
+    members = np.flatnonzero(mask[0])
+    owners = build_owners(scenario, prepared.consortium, prepared.objective, members, eps)
+    effective = np.array([o.answers_allowed / o.multiplier for o in owners])
+    expected = 4e7 * np.sum(effective**-2.0) / sizes[members].sum() ** 2
+    assert forecast.coalitions(eps, sizes, mask)[0] == pytest.approx(expected, rel=4e-3)
+    assert forecast.coalitions(eps, sizes, mask)[0] < 0.8 * 4e7 * np.sum(eps[members] ** -2.0) / sizes[
+        members].sum() ** 2
+
+    masks = np.array([[1] * 6, [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]] * 3, bool)
+    levels = np.repeat([1.0, 4.0, 16.0], 3)
+    psi = np.array([forecast.coalitions(np.full(6, e), sizes, m[None])[0] for e, m in zip(levels, masks,
+                                                                                           strict=True)])
+    pilots = PilotRuns(masks, levels, psi, sizes, "test", psi_zero=np.inf)
+    fitted = fit_theorem2(scenario, pilots)
+    assert fitted.c2 == pytest.approx(4e7, rel=1e-6) and fitted.c1 == pytest.approx(0.0, abs=1e-6)
+    assert fitted.rms_relative_error < 1e-6
+    assert fit_theorem2(market_case("basic"), pilots).rms_relative_error > 0.05  # ε, not ε̃: misses

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
-from dpmarket.market.forecast import Forecast, calibrate
+from dpmarket.market.forecast import Forecast, calibrate, effective_budgets
 from dpmarket.privacy import guarantee
 
 GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
@@ -101,17 +101,25 @@ def cell_summary(records: list[dict]) -> dict[str, Any]:
             "benefit_share_mean": float(np.mean(share))}
 
 
-def theorem_terms(records: list[dict]) -> tuple[np.ndarray, int]:
+def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
     """The ε and total records n that Theorem 2's sums run over: the owners that trained (in a
-    market cell, the participants; everyone otherwise)."""
+    market cell, the participants; everyone otherwise). Under (ε, δ) accounting the ε are the cell's
+    effective budgets (:class:`~dpmarket.market.forecast.EffectiveBudgets`: those of basic Laplace
+    answers as noisy as its owners' calibrated answers), so one fit spans cells of several
+    accountants or mechanisms; under Theorem 1's noise they are the budgets themselves."""
     owners = records[0]["owners"]
     member = participants(owners)
-    return np.array(owners["epsilon"])[member], int(np.sum(np.array(owners["records"])[member]))
+    epsilons = np.array(owners["epsilon"], dtype=float)
+    noise = effective_budgets(scenario, len(member))
+    eps = epsilons[member] if noise is None else noise.of_members(epsilons, member)
+    return eps, int(np.sum(np.array(owners["records"])[member]))
 
 
-def fit_forecast(summaries: list[dict], by_cell: list[list[dict]]) -> tuple[Forecast | None, str]:
+def fit_forecast(summaries: list[dict], by_cell: list[list[dict]],
+                 cells: list[Cell]) -> tuple[Forecast | None, str]:
     """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
-    eps, n = zip(*map(theorem_terms, by_cell), strict=True)
+    terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
+    eps, n = zip(*terms, strict=True)
     try:
         return calibrate(list(eps), [float(v) for v in n], [s["psi_mean"] for s in summaries]), ""
     except ValueError as exc:
@@ -121,10 +129,10 @@ def fit_forecast(summaries: list[dict], by_cell: list[list[dict]]) -> tuple[Fore
 def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple], Forecast | None, str]:
     """The rows of sweep.csv (after ``cell`` and the swept values) and the forecast fit."""
     summaries = [cell_summary(records) for records in by_cell]
-    fit, why = fit_forecast(summaries, by_cell)
+    fit, why = fit_forecast(summaries, by_cell, cells)
     rows = []
     for cell, summary, records in zip(cells, summaries, by_cell, strict=True):
-        summary["forecast"] = float(fit.psi(*theorem_terms(records))) if fit else ""
+        summary["forecast"] = float(fit.psi(*theorem_terms(records, cell.scenario))) if fit else ""
         summary.update(cell_guarantee(cell.scenario))
         rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
     return rows, fit, why

@@ -29,8 +29,9 @@ import numpy as np
 from dpmarket import files
 from dpmarket import rng as streams
 from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
-from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
+from dpmarket.market.forecast import Forecast, calibrate, effective_budgets, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
+from dpmarket.privacy import is_pure
 from dpmarket.progress import SILENT, Progress
 from dpmarket.replications import batched, final_psis
 from dpmarket.scenario import ForecastConstants, Scenario
@@ -82,6 +83,8 @@ def cache_key(scenario: Scenario) -> str:
     market = table.pop("market") or {}
     table["pilots"] = market.get("pilots")
     table["forms"] = FORMS
+    if not is_pure(scenario.privacy.mechanism, scenario.privacy.accountant):
+        table["budgets"] = "effective"  # Theorem 2 fitted on ε̃, not ε (pure ε-DP keys stay as they were)
     table["data"]["seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
     for spec in table["owners"]:
         spec.pop("epsilon", None)
@@ -175,10 +178,14 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
     """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
     keep = pilots.in_range()
     used = pilots.subset(keep)
-    epsilons = [np.full(int(mask.sum()), eps) for mask, eps in zip(used.masks, used.epsilon, strict=True)]
+    noise = effective_budgets(scenario, used.masks.shape[1])
+    epsilons = [np.full(int(mask.sum()), eps) if noise is None  # else ε̃: the calibrated noise's budgets
+                else noise.of_members(np.full(len(mask), eps), mask)
+                for mask, eps in zip(used.masks, used.epsilon, strict=True)]
     records = [float(used.records[mask].sum()) for mask in used.masks]
     terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
-    return replace(calibrate(epsilons, records, list(used.psi), terms), excluded=int(np.sum(~keep)))
+    fitted = calibrate(epsilons, records, list(used.psi), terms)
+    return replace(fitted, excluded=int(np.sum(~keep)), noise=noise)
 
 
 def pilot_table(forecast, pilots: PilotRuns) -> dict:
@@ -224,7 +231,8 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path | None = 
     """
     given = scenario.market.forecast
     if isinstance(given, ForecastConstants) and not recalibrate:
-        return Forecast(given.c1, given.c2, c0=given.c0), "explicit (market.forecast)"
+        noise = effective_budgets(scenario, len(consortium.owners))  # ε̃ under (ε, δ) accounting
+        return Forecast(given.c1, given.c2, c0=given.c0, noise=noise), "explicit (market.forecast)"
     why = law_unavailable(scenario)
     if given == "law" and why:
         raise ScenarioError(scenario.name, "market.forecast", "law", why)
@@ -255,7 +263,8 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
             raise ValueError("it was written for another scenario or forecast form")
         if not all(_multiplier(table[k]) for k in ("c0", "c1", "c2") if k in table):
             raise ValueError("its multipliers are not finite numbers >= 0")
-        forecast = (Forecast.from_dict(table) if why else
+        noise = effective_budgets(scenario, len(consortium.owners))
+        forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
                     LawForecast.from_dict(table, build_inputs(scenario, consortium)))
         return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:

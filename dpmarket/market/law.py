@@ -53,6 +53,7 @@ import numpy as np
 
 from dpmarket.cohort import sensitivity
 from dpmarket.errors import ScenarioError
+from dpmarket.market.forecast import member_masks
 from dpmarket.market.members import Prefixes, as_members
 from dpmarket.privacy import answer_caps, is_pure
 from dpmarket.stepsize import auto_rho, floor_law
@@ -252,16 +253,6 @@ def composed_noise(inputs: LawInputs, c: Coalitions) -> np.ndarray:
     per_owner = np.zeros(masks.shape)
     per_owner[masks] = values
     return per_owner @ owner_weights(inputs)
-
-
-def member_masks(members, owners: int) -> np.ndarray:
-    """The (K, N) membership of coalitions given as masks or as prefixes of orders."""
-    if not isinstance(members, Prefixes):
-        return members.masks
-    count, length = members.orders.shape
-    added = np.zeros((count, length, owners), bool)  # the player each prefix adds, one-hot
-    added[np.arange(count)[:, None], np.arange(length)[None, :], members.orders] = True
-    return np.logical_or.accumulate(added, axis=1).reshape(count * length, owners)
 
 
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
