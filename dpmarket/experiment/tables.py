@@ -118,11 +118,11 @@ def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
 def fit_forecast(summaries: list[dict], by_cell: list[list[dict]],
                  cells: list[Cell]) -> tuple[Forecast | None, str]:
     """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
-    terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
-    eps, n = zip(*terms, strict=True)
     try:
+        terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
+        eps, n = zip(*terms, strict=True)
         return calibrate(list(eps), [float(v) for v in n], [s["psi_mean"] for s in summaries]), ""
-    except ValueError as exc:
+    except ValueError as exc:  # also: a table's Gaussian cells, whose Ξ/Ξ₂ needs its feature count
         return None, str(exc)
 
 

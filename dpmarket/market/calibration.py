@@ -62,6 +62,7 @@ class PilotRuns:
     records: np.ndarray  # (N,) sizes
     data: str  # what they trained on, for the source string
     psi_zero: float = float("inf")  # ψ of the untrained θ = 0 on that data
+    norm_ratio: float | None = None  # Ξ/Ξ₂ of that data (None: from the declared bounds)
 
     def in_range(self) -> np.ndarray:
         """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
@@ -151,8 +152,9 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     for k, (members, _) in enumerate(groups):
         masks[k, list(members)] = True
     psi = np.array([np.mean(v) for v in groups.values()])
+    ratio = norm_ratio(scenario, data) if scenario.privacy.mechanism == "gaussian" else None
     return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
-                     target.psi(np.zeros(target.p)))
+                     target.psi(np.zeros(target.p)), ratio)
 
 
 def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
@@ -161,6 +163,16 @@ def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
     for pilot in plan:
         groups.setdefault((tuple(int(i) for i in pilot.members), pilot.epsilon), []).append(pilot.seed)
     return groups
+
+
+def norm_ratio(scenario: Scenario, consortium) -> float:
+    """Ξ/Ξ₂ of the owners' domain (Theorem 2's effective budgets of Gaussian answers): the L1 bound
+    of the declared domain over the L2 one, 1 with clipping (dpmarket/cohort.py)."""
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    from dpmarket.cohort import z_l2
+
+    return float(consortium.z_l1 / z_l2(scenario, consortium))
 
 
 def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
@@ -178,7 +190,7 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
     """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
     keep = pilots.in_range()
     used = pilots.subset(keep)
-    noise = effective_budgets(scenario, used.masks.shape[1])
+    noise = effective_budgets(scenario, used.masks.shape[1], pilots.norm_ratio)
     epsilons = [np.full(int(mask.sum()), eps) if noise is None  # else ε̃: the calibrated noise's budgets
                 else noise.of_members(np.full(len(mask), eps), mask)
                 for mask, eps in zip(used.masks, used.epsilon, strict=True)]
@@ -231,7 +243,7 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path | None = 
     """
     given = scenario.market.forecast
     if isinstance(given, ForecastConstants) and not recalibrate:
-        noise = effective_budgets(scenario, len(consortium.owners))  # ε̃ under (ε, δ) accounting
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
         return Forecast(given.c1, given.c2, c0=given.c0, noise=noise), "explicit (market.forecast)"
     why = law_unavailable(scenario)
     if given == "law" and why:
@@ -263,7 +275,7 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
             raise ValueError("it was written for another scenario or forecast form")
         if not all(_multiplier(table[k]) for k in ("c0", "c1", "c2") if k in table):
             raise ValueError("its multipliers are not finite numbers >= 0")
-        noise = effective_budgets(scenario, len(consortium.owners))
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
         forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
                     LawForecast.from_dict(table, build_inputs(scenario, consortium)))
         return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"

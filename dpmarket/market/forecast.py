@@ -58,10 +58,11 @@ def regressors(epsilons: np.ndarray, records: float) -> tuple[float, float]:
 class EffectiveBudgets:
     """Theorem 2's ε_i when the noise is not Theorem 1's m_i/ε_i (Gaussian answers, or an RDP or PLD
     accountant): the budget ε̃_i whose basic Laplace answers carry the noise the owner's calibrated
-    answers carry, per unit of sensitivity — ε̃ = m_i/z_i for Laplace (variance 2z²Δ² = 2(m_iΔ/ε̃)²),
-    √2·m_i/z_i for Gaussian (z²Δ²), z_i = z(m_i, ε_i, δ_i) from dpmarket/accounting.py's tables and
-    m_i as each member budgets it in the coalition (the capped split's shares). The ε⁻² of Theorem 2
-    then follows the calibrated noise, as the law's noise term does.
+    answers carry — ε̃ = m_i/z_i for Laplace (variance 2(z_iΔ)² = 2(m_iΔ/ε̃)²), √2·(m_i/z_i)·Ξ/Ξ₂ for
+    Gaussian ((z_iΔ₂)², Δ₂ = 2Ξ₂/n_i the L2 sensitivity against Laplace's L1 Δ = 2Ξ/n_i), z_i = z(m_i,
+    ε_i, δ_i) from dpmarket/accounting.py's tables and m_i as each member budgets it in the coalition
+    (the capped split's shares). The ε⁻² of Theorem 2 then follows the calibrated noise, as the law's
+    noise term does, and one fit can span cells of several mechanisms and accountants.
     """
 
     mechanism: str
@@ -72,6 +73,7 @@ class EffectiveBudgets:
     split: str
     iterations: int
     quantile: float
+    norm_ratio: float = 1.0  # Ξ/Ξ₂, the L1 sensitivity over the L2 one (Gaussian answers; 1 for Laplace)
 
     def __call__(self, epsilons: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """ε̃ (K, N) of every member of the coalitions ``masks`` at ``epsilons`` ((N,) or (K, N));
@@ -90,7 +92,7 @@ class EffectiveBudgets:
         deltas = np.broadcast_to(self.deltas, masks.shape)
         out = np.zeros(masks.shape)
         z = multipliers(self.mechanism, self.accountant, m[take], eps[take], deltas[take])
-        out[take] = m[take] / z * (1.0 if self.mechanism == "laplace" else math.sqrt(2.0))
+        out[take] = m[take] / z * (1.0 if self.mechanism == "laplace" else math.sqrt(2.0) * self.norm_ratio)
         return out
 
     def of_members(self, epsilons: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -99,9 +101,10 @@ class EffectiveBudgets:
         return self(epsilons, mask[None, :])[0][mask]
 
 
-def effective_budgets(scenario, owners: int) -> EffectiveBudgets | None:
+def effective_budgets(scenario, owners: int, norm_ratio: float | None = None) -> EffectiveBudgets | None:
     """The scenario's :class:`EffectiveBudgets` for ``owners`` owners, or None under Theorem 1's
-    noise (Laplace answers, basic composition), where ε̃ is ε itself."""
+    noise (Laplace answers, basic composition), where ε̃ is ε itself. ``norm_ratio`` is Ξ/Ξ₂ of the
+    owners' data (from the consortium); left out, the declared bounds give it (:func:`norm_ratio`)."""
     p = scenario.privacy
     if is_pure(p.mechanism, p.accountant):
         return None
@@ -109,9 +112,26 @@ def effective_budgets(scenario, owners: int) -> EffectiveBudgets | None:
     caps = [np.nan if value(i, "cap") is None else value(i, "cap") for i in range(owners)]
     rates = (np.array([value(i, "clock_rate") for i in range(owners)], dtype=float)
              if scenario.learner.algorithm == "async" else None)
+    ratio = 1.0 if p.mechanism == "laplace" else (norm_ratio if norm_ratio is not None else
+                                                   declared_norm_ratio(scenario))
     return EffectiveBudgets(p.mechanism, p.accountant,
                             np.array([value(i, "delta") for i in range(owners)], dtype=float), rates,
-                            np.array(caps, dtype=float), p.split, scenario.learner.iterations, p.cap_quantile)
+                            np.array(caps, dtype=float), p.split, scenario.learner.iterations, p.cap_quantile,
+                            ratio)
+
+
+def declared_norm_ratio(scenario) -> float:
+    """Ξ/Ξ₂ from the declared domain: sup‖z‖₁/sup‖z‖₂ = (pX + 1)/√(pX² + 1) (the 1s: an intercept),
+    as dpmarket/cohort.py bounds both (1 with clipping, whose bound is Ξ in either norm). A table's
+    number of features p is known only once it is read: a ValueError says so."""
+    d, m = scenario.data, scenario.model
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    if d.source != "synthetic":
+        raise ValueError("the effective budgets of Gaussian answers on table data need the number of "
+                         "features, known once the table is read")
+    one = 1.0 if m.intercept else 0.0
+    return (d.features * d.feature_bound + one) / math.sqrt(d.features * d.feature_bound**2 + one)
 
 
 def member_masks(members: Masks | Prefixes, owners: int) -> np.ndarray:
