@@ -308,7 +308,8 @@ def test_sweep_statistics_are_numpys_on_the_saved_replications(tmp_path):
     assert list(rows[0]) == ["cell", "privacy.epsilon", "data.records", "replications", "owners",
                              "records", "epsilon_harmonic", "psi_mean", "psi_median", "psi_q25",
                              "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
-                             "benefit_share_mean", "forecast"]
+                             "benefit_share_mean", "forecast", "mechanism", "accountant", "delta"]
+    assert {(r["mechanism"], r["accountant"], r["delta"]) for r in rows} == {("laplace", "basic", "0.0")}
     eps_all, n_all, mean_all = [], [], []
     for cell, row in zip(p.cells, rows, strict=True):
         recs = [json.loads((out / "tasks" / f"c{cell.index:05d}-r{r:05d}.json").read_text())

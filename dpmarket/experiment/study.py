@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpmarket import files, rng
+from dpmarket.cohort import check_budgets
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.experiment import publish, tables
 from dpmarket.experiment.executors import default_workers, run_tasks
@@ -58,8 +59,10 @@ def make_plan(kind: str, base: Scenario, grid: list[str], replications: int, sou
     if replications < 1:
         raise ScenarioError("--replications", "", _MISSING, f"must be at least 1, got {replications}")
     axes = parse_grid(grid)
-    return Plan(kind, base, axes, resolve_cells(base, axes, source),
-                rng.replication_seeds(base.seed, replications))
+    cells = resolve_cells(base, axes, source)
+    for cell in cells:  # an (ε, δ) no noise reaches, in any cell, fails before the first run
+        check_budgets(cell.scenario)
+    return Plan(kind, base, axes, cells, rng.replication_seeds(base.seed, replications))
 
 
 def chunk_size(todo: int, workers: int) -> int:
@@ -170,7 +173,8 @@ def _sweep(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
-    meta = {**_meta(plan, how, reused), "forecast": fit.to_dict() if fit else {"error": why}}
+    meta = {**_meta(plan, how, reused), "privacy": tables.guarantees(plan.cells),
+            "forecast": fit.to_dict() if fit else {"error": why}}
     with publish.published(out) as staging:
         write_csv(staging / "sweep.csv", head, tables.blank_undefined(head, rows))
         write_csv(staging / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
@@ -191,6 +195,7 @@ def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
 def _replications(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
     summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
+               **tables.cell_guarantee(plan.cells[0].scenario),
                "stop_reasons": _count(r["stop_reason"] for r in records)}
     with publish.published(out) as staging:
         write_text_atomic(staging / "scenario.toml", plan.cells[0].scenario.to_toml())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpmarket.market.outcome import learner_value
-from dpmarket.privacy import is_pure
+from dpmarket.privacy import guarantee, is_pure
 from dpmarket.run import RunResult
 from dpmarket.stepsize import STABILITY_LIMIT
 
@@ -138,23 +138,11 @@ def summary(result: RunResult) -> dict:
     }
 
 
-ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
-
-
 def privacy_summary(scenario) -> dict:
-    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``."""
+    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
+    (:func:`dpmarket.privacy.guarantee`)."""
     p = scenario.privacy
-    pure = is_pure(p.mechanism, p.accountant)
-    if pure:
-        guarantee = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
-    elif p.accountant == "basic":
-        guarantee = (f"(ε, δ)-DP: {p.mechanism} answers, basic composition (each of m_i answers spends "
-                     "ε_i/m_i and δ_i/m_i)")
-    else:
-        guarantee = (f"(ε, δ)-DP: m_i {p.mechanism} answers composed by dp-accounting's "
-                     f"{ACCOUNTANT_NAMES[p.accountant]} accountant")
-    return {"mechanism": p.mechanism, "accountant": p.accountant, "delta": 0.0 if pure else p.delta,
-            "sensitivity_norm": "L1" if p.mechanism == "laplace" else "L2", "guarantee": guarantee}
+    return guarantee(p.mechanism, p.accountant, p.delta)
 
 
 def _learner_summary(result: RunResult) -> dict:
