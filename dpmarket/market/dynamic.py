@@ -21,11 +21,12 @@ static posted-price outcome, paid per answer.
 Rules: ``"fixed"`` keeps the price. ``"progress"`` is a controller on the learner's measured
 surplus: every period the learner measures ψ of its published model on public data (the public
 twin of synthetic data, or the hold-out; never the owners' records), values the period's
-progress at value·(ψ_before − ψ_now), and compares it with what it paid in the period: if the
-money bought more value than it cost (or nothing was bought), the price rises by a factor
-1 + STEP, else it falls by it, within [p₀/BAND, p₀·BAND]. It pays for progress while progress is
-cheap and stops paying for a model that no longer improves; owners leave as the price falls and
-come back when it rises.
+progress at value·(ψ_before − ψ_now), and compares it with what it paid in the period. A budget
+is fixed when its owner joins, so a price buys participation, not more ε: the price rises by a
+factor 1 + STEP when nothing was bought, or when the money bought more value than it cost while
+some present owner is out; it falls by that factor when the money bought less than it cost; else
+it holds — always within [p₀/BAND, p₀·BAND]. It stops paying for a model that no longer improves;
+owners leave as the price falls and come back when it rises.
 """
 
 from __future__ import annotations
@@ -118,14 +119,22 @@ class DynamicMarket:
             yield self.env.timeout(self.m.period)
             psi, spend = self.measure(), self.spent - self.last_spent
             gained = self.m.value * (self.last_psi - psi)
-            up = gained > spend or spend == 0
-            factor = 1.0 + STEP if up else 1.0 / (1.0 + STEP)
+            factor = self._step(gained, spend)
             self.price = float(np.clip(self.price * factor, self.opening_price / BAND,
                                        self.opening_price * BAND))
             self.last_psi, self.last_spent = psi, self.spent
             self._price_row(f"public psi {psi:.6g}: value gained {gained:.4g} "
                             f"{'>' if gained > spend else '<='} paid {spend:.4g}")
             self.review()
+
+    def _step(self, gained: float, spend: float) -> float:
+        """The progress rule's price factor. A budget is fixed when its owner joins, so a higher
+        price buys participation, not more ε: up when nothing was bought, or when progress was worth
+        its cost and a present owner is out; down when it was not; else held."""
+        out = any(p and s == OUT for p, s in zip(self.book.present, self.book.state, strict=True))
+        if spend == 0 or (gained > spend and out):
+            return 1.0 + STEP
+        return 1.0 / (1.0 + STEP) if gained <= spend else 1.0
 
     def _arrivals(self, gen: np.random.Generator) -> Generator:
         """Pool owners arrive one by one, at the times of a Poisson process of ``arrival_rate``."""
