@@ -167,6 +167,7 @@ class DynamicMarket:
             return False
         if self.owners[j].exhausted:
             self._leave(j, GONE, "budget spent")
+            self._close_if_stuck()  # the simulation ends only when every owner is spent; the market sooner
             return True
         if not self._willing(j):
             self._leave(j, OUT, f"utility would fall below 0 at price {self.price:.6g}")
