@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 KINDS = ("tick", "request", "backoff", "collision", "loss", "dropout", "reconnect", "broadcast",
-         "query", "response", "refusal", "update", "idle")
+         "query", "response", "refusal", "update", "idle", "price", "payment", "join", "leave")
 COLUMNS = ("time", "kind", "owner", "k", "epsilon_spent", "channel", "detail")
+MARKET_COLUMNS = (*COLUMNS, "amount")  # a market in time adds the amount of its price, payment, join, leave
 
 
 class Event(NamedTuple):
@@ -52,17 +53,20 @@ class EventLog:
     some decline): the simulation numbers its participants 0…M−1, the log writes and counts
     each under its scenario index, so ``events.csv`` and ``owners.csv`` always agree. The
     renumbering happens per block and per count, off the per-event path.
+
+    ``market`` (a market in time) adds the column ``amount``, filled by :meth:`market_row`; the
+    other rows leave it empty, so they read as in any other run.
     """
 
-    def __init__(self, path: Path | None, owner_ids: list[int] | None = None) -> None:
-        self.owner_ids = owner_ids
+    def __init__(self, path: Path | None, owner_ids: list[int] | None = None, market: bool = False) -> None:
+        self.owner_ids, self.market = owner_ids, market
         self._by_owner: Counter[tuple[str, int]] = Counter()
         self._rows: list[tuple] = []
         self._file = open(path, "w", newline="", encoding="utf-8") if path else None  # noqa: SIM115
         writer = csv.writer(self._file, lineterminator="\n") if self._file else None
         self._writerows = writer.writerows if writer else None
         if writer:
-            writer.writerow(COLUMNS)
+            writer.writerow(MARKET_COLUMNS if market else COLUMNS)
 
     def emit(self, event: Event) -> None:
         """Record one event."""
@@ -77,9 +81,16 @@ class EventLog:
         if len(rows) >= _BLOCK:
             self._flush()
 
+    def market_row(self, time: float, kind: str, owner: int, amount: float,
+                   epsilon_spent: float | None = None, detail: str | None = None) -> None:
+        """Record a row of the market in time (price, payment, join, leave) with its amount."""
+        self._rows.append((time, kind, owner, None, epsilon_spent, None, detail, amount))
+
     def _flush(self) -> None:
         rows = self._rows
         self._by_owner.update(map(_KIND_OWNER, rows))
+        if self.market:
+            rows[:] = [r if len(r) == 8 else (*r, None) for r in rows]
         if self._writerows:
             ids = self.owner_ids
             out = rows if ids is None else [

@@ -38,8 +38,10 @@ BATCH_MIN = 2  # replications from which a batch pays: one run alone is 1.4–1.
 
 def replayable(scenario: Scenario) -> bool:
     """Whether the scenario's runs can be scheduled before learning (who talks when does not depend
-    on the model): every network mode dpmarket has."""
-    return scenario.network.mode in SCHEDULED
+    on the model): every network mode dpmarket has, unless a market in time runs beside it (its
+    prices, hence who takes part when, follow the model's measured progress)."""
+    dynamic = scenario.market is not None and scenario.market.mode == "dynamic"
+    return scenario.network.mode in SCHEDULED and not dynamic
 
 
 def batched(scenario: Scenario, replications: int) -> bool:

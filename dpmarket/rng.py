@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market")
+STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market", "arrivals")
 
 
 @functools.cache  # a handful of names; hashing one costs a tenth of a stream

@@ -55,6 +55,9 @@ def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
     if scenario.market is None:
         raise ScenarioError(source, "market", _MISSING, "the market command needs a [market] section")
     market = scenario.market
+    if market.mode == "dynamic":
+        raise ScenarioError(source, "market.mode", market.mode, "the market command compares static "
+                            "deals; run a market in time with `run` (one --set market.policy=... each)")
     names = [p.strip() for p in text.split(",") if p.strip()]
     for name in names:
         if name not in POLICIES:

@@ -100,6 +100,8 @@ class Engine:
         # carrier sensing gave up or found the owner offline). Every stage is a SimPy event
         # whose callback runs the next one: a message costs no process of its own.
         self.uplink = self._sense_then_send if net.carrier_sense else self._send
+        # A market in time (dpmarket/market/dynamic.py) says whether owner i takes part now; None: always
+        self.takes_part: Callable[[int], bool] | None = None
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
@@ -160,7 +162,7 @@ class Engine:
         """
         owner, c, env, record = self.training.owners[i], self._channel[i], self.env, self.record
         timeout, holds, busy = env.timeout, self.availability.holds, self.in_exchange
-        broadcast = self.net.mode == "broadcast"
+        broadcast, takes_part = self.net.mode == "broadcast", self.takes_part
         for wait in streams.in_blocks(partial(gen.exponential, 1.0 / self.rates[i]), self._block):
             yield timeout(wait)
             if self.awake is not None:  # no owner can answer: sleep until one is back
@@ -169,6 +171,10 @@ class Engine:
             record(env.now, "tick", i, None, None, c, None)
             if holds[i] or busy[i]:
                 continue
+            if takes_part is not None:  # a market in time: out of it, the tick does nothing else
+                if not takes_part(i):
+                    continue
+                owner = self.training.owners[i]  # a joiner's ledger is made when it joins
             if owner.exhausted:
                 self.training.leave(i, env.now, c)
                 self._depart(i, "budgets exhausted")
