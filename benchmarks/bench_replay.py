@@ -65,7 +65,7 @@ RATIO_TARGET, RATIO_GOAL, GRID_TARGET, NY_TARGET = 1 / 20, 1 / 100, 10.0, 2.0
 
 def constants(cell) -> tuple:
     """What the bare loop precomputes: owners' A_i, b_i, 2/n_i, n_i/n, noise scales, the steps."""
-    c = cell.replayed.batch.c
+    c = cell.replayed[0].batch.c
     owners = cell.owners
     return ([o.data.stats.A for o in owners], [o.data.stats.b for o in owners],
             [2.0 / o.data.n for o in owners], c._share, [o.scale for o in owners],
@@ -95,7 +95,7 @@ def same_computation(scenario, prepared, cell, seeds) -> float:
         fresh = build_owners(scenario.model_copy(update={"seed": seed}), prepared.consortium,
                              prepared.objective)
         theta = bare_loop(consts, cell.tapes[r].owner.tolist(), lambda i, f=fresh: f[i].noise.draw())
-        ours = cell.replayed.batch.model[r]
+        ours = cell.model(r, cell.facts[r].updates)
         worst = max(worst, float(np.max(np.abs(theta - ours)) / np.max(np.abs(ours))))
     return worst
 
@@ -115,7 +115,7 @@ def per_update(quick: bool) -> dict:
     prepared = prepare(scenario)
     R, T = (20 if quick else 100), scenario.learner.iterations
     seeds = rng.replication_seeds(scenario.seed, R)
-    cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective)
+    cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective, keep=True)
     out = {"R": R, "T": T, "agree": same_computation(scenario, prepared, cell, seeds[:5])}
     consts, sequence = constants(cell), cell.tapes[0].owner.tolist()
     gen = np.random.default_rng(0)
@@ -232,7 +232,7 @@ def request_engine(quick: bool) -> dict:
     for rnd in range(2 if quick else 3):
         start = time.thread_time()
         cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective, *deal)
-        per = (time.thread_time() - start) / sum(t.updates for t in cell.tapes)
+        per = (time.thread_time() - start) / sum(f.updates for f in cell.facts)
         ref = statistics.median(bare_request_model(len(cell.owners), scenario.learner.iterations,
                                                    scenario.network, rnd * 10 + s) for s in range(3))
         ours.append(per)
