@@ -262,8 +262,8 @@ def _records(plan, out, how, keep_metrics: bool) -> list[list[dict]]:
 
         out = Path(out)
         (study.run_sweep if plan.kind == "sweep" else study.run_replications)(plan, out, how)
-        store = Store(out, plan.identity())
-        return [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+        saved = Store(out, plan.identity()).load(plan.seeds)
+        return [[saved[c.index, r] for r in range(plan.replications)] for c in plan.cells]
     return _in_memory(plan, how, keep_metrics)
 
 

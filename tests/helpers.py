@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 import tomli_w
@@ -123,3 +125,14 @@ def proportion_within(successes: int, trials: int, p: float, z: float = 5.0) -> 
     """A binomial proportion is within ``z`` standard errors (from the theory p) of p."""
     se = np.sqrt(p * (1 - p) / trials)
     return bool(abs(successes / trials - p) <= z * se)
+
+
+def saved_replications(directory: Path) -> dict[tuple[int, int], dict]:
+    """Every replication saved in an experiment directory's ``tasks/`` (a file per task, or per
+    replication as older versions wrote them), by (cell, replication)."""
+    found = {}
+    for path in sorted((Path(directory) / "tasks").glob("c*.json")):
+        document = json.loads(path.read_bytes())
+        for record in document.get("records", [document]):
+            found[record["cell"], record["replication"]] = record
+    return found

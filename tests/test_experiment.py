@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ks_accepts, tiny, wait_for
+from helpers import ks_accepts, saved_replications, tiny, wait_for
 from scipy import stats
 
 from dpmarket import rng
@@ -203,13 +203,14 @@ def test_a_killed_worker_loses_no_finished_task(tmp_path, monkeypatch):
     with pytest.raises(ExecutorError, match="re-run the same command"):
         run_sweep(p, tmp_path / "out", Execution("process", 1))
     saved = sorted((tmp_path / "out" / "tasks").glob("*.json"))
+    kept = saved_replications(tmp_path / "out")
     assert saved and not any(f.name.startswith("c00001") for f in saved)
     assert not list((tmp_path / "out").glob("sweep*"))  # no aggregate from a partial experiment
     for f in saved:
         json.loads(f.read_text())  # every saved file is whole
     monkeypatch.setattr(executors, "run_task", run_task)
     meta = run_sweep(p, tmp_path / "out", Execution("serial"))
-    assert meta["reused_replications"] == len(saved)
+    assert meta["reused_replications"] == len(kept)
     run_sweep(p, tmp_path / "clean", Execution("serial"))
     assert files(tmp_path / "out") == files(tmp_path / "clean")
 
@@ -225,10 +226,13 @@ def test_rerun_skips_what_is_done_and_more_replications_extend_the_experiment(tm
     run_sweep(plan(replications=4), tmp_path / "direct", Execution("serial"))
     assert files(out) == files(tmp_path / "direct")
     lost = sorted((out / "tasks").glob("*.json"))[::3]
+    count = len(saved_replications(out))
     for f in lost:
         f.unlink()
+    left = len(saved_replications(out))
+    assert 0 < left < count
     meta = run_sweep(plan(replications=4), out, Execution("serial"))
-    assert meta["reused_replications"] == 16 - len(lost)
+    assert meta["reused_replications"] == left
     assert files(out) == files(tmp_path / "direct")
 
 
@@ -311,9 +315,9 @@ def test_sweep_statistics_are_numpys_on_the_saved_replications(tmp_path):
                              "benefit_share_mean", "forecast", "mechanism", "accountant", "delta"]
     assert {(r["mechanism"], r["accountant"], r["delta"]) for r in rows} == {("laplace", "basic", "0.0")}
     eps_all, n_all, mean_all = [], [], []
+    saved = saved_replications(out)
     for cell, row in zip(p.cells, rows, strict=True):
-        recs = [json.loads((out / "tasks" / f"c{cell.index:05d}-r{r:05d}.json").read_text())
-                for r in range(7)]
+        recs = [saved[cell.index, r] for r in range(7)]
         psi = np.array([r["psi_final"] for r in recs])
         own = np.array(recs[0]["owners"]["own_psi"])
         eps = np.array([0.5, 2.0, cell.values[0]])
@@ -390,7 +394,7 @@ def test_an_error_inside_a_task_reaches_the_caller_as_itself(tmp_path, monkeypat
     monkeypatch.setattr(executors, "run_task", failing_task)
     with pytest.raises(ScenarioError, match="network.availability"):
         run_sweep(plan(replications=2), tmp_path / "out", Execution("process", 2))
-    assert len(list((tmp_path / "out" / "tasks").glob("*.json"))) == 3 * 2  # the other cells' work
+    assert len(saved_replications(tmp_path / "out")) == 3 * 2  # the other cells' work
 
 
 def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
@@ -432,7 +436,7 @@ def test_an_interrupt_while_drawing_publishes_nothing_and_resume_redraws(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         run_sweep(p, out, Execution("serial"))
     assert sorted(f.name for f in out.iterdir()) == ["experiment.json", "tasks"]
-    assert len(list((out / "tasks").glob("*.json"))) == 4
+    assert len(saved_replications(out)) == 4
     monkeypatch.setattr(sweep_plots, "draw_sweep", real)
     assert run_sweep(p, out, Execution("serial"))["reused_replications"] == 4
     before = published(out)

@@ -99,47 +99,65 @@ def one_line(err: str) -> str:
 # ------------------------------------------------------------------ damaged saved work (issue 13.3)
 
 
-def sweep_args(path: Path, out: Path, *extra: str) -> list[str]:
-    return ["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--replications", "3",
+def sweep_args(path: Path, out: Path, *extra: str, grid: str = "privacy.epsilon=1,10") -> list[str]:
+    return ["sweep", str(path), "--grid", grid, "--replications", "3",
             "--executor", "serial", "--quiet", "--out", str(out), *extra]
 
 
-def test_damaged_saved_replications_are_recomputed_with_one_warning_each(tmp_path, capsys):
+SIX = "privacy.epsilon=1,2,3,10,30,100"  # six cells: six saved tasks of three replications
+
+
+def test_damaged_saved_tasks_are_recomputed_with_one_warning_each(tmp_path, capsys):
     path, out = write(tmp_path), tmp_path / "out"
-    assert main(sweep_args(path, out)) == 0
+    assert main(sweep_args(path, out, grid=SIX)) == 0
     tables = {n: (out / n).read_bytes() for n in ("sweep.csv", "sweep_owners.csv")}
     tasks = sorted((out / "tasks").glob("*.json"))
+    assert [t.name for t in tasks] == [f"c{c:05d}-r00000-00002.json" for c in range(6)]
     whole = tasks[0].read_bytes()
     tasks[0].write_bytes(whole[: len(whole) // 2])  # truncated
     tasks[1].write_bytes(b"")  # empty
-    tasks[2].write_text("[]")  # not a record
-    record = json.loads(tasks[3].read_text())
-    record["owners"]["epsilon"].pop()  # the shape of a record, but its owner lists disagree
-    tasks[3].write_text(json.dumps(record))
+    tasks[2].write_text("[]")  # not a task
+    task = json.loads(tasks[3].read_text())
+    task["records"][1]["owners"]["epsilon"].pop()  # the shape of a task, but an owner list disagrees
+    tasks[3].write_text(json.dumps(task))
     tasks[4].write_bytes(b"\xff\xfe\x00garbage")  # not text
     capsys.readouterr()
-    assert main(sweep_args(path, out)) == 0
+    assert main(sweep_args(path, out, grid=SIX)) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 5, err
     for line, task in zip(err, tasks, strict=False):
         assert line.startswith(f"dpmarket: warning: {task}: damaged (") and line.endswith("); recomputing it")
-    assert "empty file" in err[1] and "truncated?" in err[0] and "owners" in err[3]
+    assert "empty file" in err[1] and "truncated?" in err[0] and "records.1.owners" in err[3]
     assert {n: (out / n).read_bytes() for n in tables} == tables  # the bytes of the first run
-    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 1
-    assert main(sweep_args(path, out)) == 0 and capsys.readouterr().err == ""  # warned once
+    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 3
+    assert main(sweep_args(path, out, grid=SIX)) == 0 and capsys.readouterr().err == ""  # warned once
 
 
-def test_a_saved_replication_under_another_name_is_refused(tmp_path, capsys):
+def test_saved_work_of_older_versions_one_file_per_replication_is_resumed(tmp_path, capsys):
+    path, out = write(tmp_path), tmp_path / "out"
+    assert main(sweep_args(path, out)) == 0
+    tables = {n: (out / n).read_bytes() for n in ("sweep.csv", "sweep_owners.csv")}
+    first = sorted((out / "tasks").glob("*.json"))[0]
+    for record in json.loads(first.read_text())["records"]:
+        name = f"c{record['cell']:05d}-r{record['replication']:05d}.json"
+        (out / "tasks" / name).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    first.unlink()
+    assert main(sweep_args(path, out)) == 0 and capsys.readouterr().err == ""
+    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 6
+    assert {n: (out / n).read_bytes() for n in tables} == tables
+
+
+def test_a_saved_task_under_another_name_is_refused(tmp_path, capsys):
     path, out = write(tmp_path), tmp_path / "out"
     assert main(sweep_args(path, out)) == 0
     tasks = sorted((out / "tasks").glob("*.json"))
-    shutil.copy(tasks[0], tasks[1])  # a whole record of replication 0 named as replication 1
+    shutil.copy(tasks[0], tasks[1])  # cell 0's whole task named as cell 1's
     before = contents(out)
     capsys.readouterr()
     assert main(sweep_args(path, out)) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"dpmarket: error: {tasks[1]}: holds cell 0, replication 0, seed ")
-    assert "not this experiment's cell 0, replication 1" in line and contents(out) == before
+    assert "not this experiment's cell 1, replication 0" in line and contents(out) == before
 
 
 def test_a_damaged_experiment_json_is_refused_if_work_is_saved_else_written_anew(tmp_path, capsys):
@@ -152,7 +170,7 @@ def test_a_damaged_experiment_json_is_refused_if_work_is_saved_else_written_anew
     assert main(sweep_args(path, out)) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"dpmarket: error: {out / 'experiment.json'}: damaged (not JSON (")
-    assert "6 saved" in line
+    assert "2 saved tasks" in line
     assert "cannot be rebuilt" in line and contents(out) == before
     fresh = tmp_path / "fresh"
     (fresh / "tasks").mkdir(parents=True)

@@ -78,21 +78,33 @@ def batch_size(todo: int, workers: int, cells: int, iterations: int) -> int:
     return max(1, min(math.ceil(todo / pieces), BATCH_UPDATES // max(1, iterations)))
 
 
-def pending_tasks(plan: Plan, store: Store, workers: int, keep_metrics: bool) -> tuple[list[Task], int]:
-    """Tasks for the replications not saved yet, in cell order, and how many were already done."""
-    todo: list[list[int]] = []
-    for cell in plan.cells:
-        todo.append([r for r, s in enumerate(plan.seeds) if store.load(cell.index, r, s) is None])
+def pending_tasks(plan: Plan, saved: dict[tuple[int, int], dict], workers: int,
+                  keep_metrics: bool) -> tuple[list[Task], int]:
+    """Tasks for the replications not ``saved`` yet, in cell order, each a block of consecutive
+    replications of one cell (one saved file), and how many were already done."""
+    todo = [[r for r in range(plan.replications) if (cell.index, r) not in saved] for cell in plan.cells]
     inline = chunk_size(sum(map(len, todo)), workers)
     tasks = []
     for cell, reps in zip(plan.cells, todo, strict=True):
         size = (batch_size(len(reps), workers, len(plan.cells), cell.scenario.learner.iterations)
                 if replayable(cell.scenario) else inline)
-        for start in range(0, len(reps), size):
-            part = tuple(reps[start:start + size])
-            tasks.append(Task(cell.index, cell.scenario, part,
-                              tuple(plan.seeds[r] for r in part), keep_metrics))
+        for run in _consecutive(reps):
+            for start in range(0, len(run), size):
+                part = tuple(run[start:start + size])
+                tasks.append(Task(cell.index, cell.scenario, part, tuple(plan.seeds[r] for r in part),
+                                  keep_metrics))
     return tasks, len(plan.cells) * plan.replications - sum(map(len, todo))
+
+
+def _consecutive(replications: list[int]) -> list[list[int]]:
+    """``replications`` (increasing) split where one is missing: [0, 1, 2, 5, 6] → [[0, 1, 2], [5, 6]]."""
+    runs: list[list[int]] = []
+    for r in replications:
+        if runs and runs[-1][-1] == r - 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
 
 
 @dataclass(frozen=True)
@@ -121,17 +133,18 @@ def experiment_directory(out: Path) -> Iterator[None]:
 
 
 def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> tuple[list[list[dict]], int]:
-    """Run what is not saved yet, saving each replication as its task finishes; every record by cell.
+    """Run what is not saved yet, saving each task as it finishes; every record by cell.
     Call it inside :func:`experiment_directory`."""
     store = Store(out, plan.identity(), metrics=keep_metrics)
     created = not out.exists()
     store.open()
-    tasks, done = pending_tasks(plan, store, how.worker_count, keep_metrics)
+    found = store.load(plan.seeds)
+    tasks, done = pending_tasks(plan, found, how.worker_count, keep_metrics)
     try:
         with _bar(len(plan.cells) * plan.replications, done, plan.kind, how.progress) as bar:
             def on_done(task: Task, records: list[dict]) -> None:
-                for record in records:
-                    store.save(record)
+                store.save(task.cell, task.replications, records)
+                found.update(((task.cell, r["replication"]), r) for r in records)
                 bar.update(len(records))
 
             run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
@@ -139,7 +152,7 @@ def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> t
         if created:
             store.remove_if_empty()  # a failure before any result leaves no directory behind
         raise
-    by_cell = [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+    by_cell = [[found[c.index, r] for r in range(plan.replications)] for c in plan.cells]
     return by_cell, done
 
 
