@@ -29,8 +29,9 @@ def draw(data: dict, path: str | Path, window: tuple[float, float] | None = None
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.07, top=0.94, hspace=0.12)
     price, people, spend, psi = fig.subplots(4, 1, sharex=True)
     end = max(data["time"][-1:] + data["psi_time"][-1:], default=1.0)
-    for ax, key, label in ((price, "price", "price per unit ε"), (people, "participants", "owners taking part"),
-                           (spend, "spend", "paid so far")):
+    panels = ((price, "price", "price per unit ε"), (people, "participants", "owners taking part"),
+              (spend, "spend", "paid so far"))
+    for ax, key, label in panels:
         # Each value holds until the next market event, and the last one until the run ends.
         ax.step(data["time"] + [end], data[key] + data[key][-1:], where="post", color="black", lw=1.2)
         ax.set_ylabel(label, fontsize=9)

@@ -166,7 +166,7 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
         _atomic(png_path, lambda p: draw(run, selected, start, stop, p))
     text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
     text = f"{text}\nwritten to {png_path} and {csv_path.name}"
-    if "amount" in run.events.columns:  # a market in time (market.mode = "dynamic")
+    if run.scenario.get("market", {}).get("mode") == "dynamic":  # a market in time
         text += "\n" + _market(run, name, start, stop)
     return text
 
