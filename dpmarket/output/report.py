@@ -207,6 +207,9 @@ RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
     ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
+    ("market_timeline.png", "The market in time (market.mode = \"dynamic\"): the posted price, the owners "
+                            "taking part, what the learner has paid so far and ψ of its model (log scale), "
+                            "against simulated time; read from the market rows of events.csv."),
     ("topology.png", "The network: learner, channels and owners (dot area: records; colour: exchanges), "
                      "with each channel's utilisation and collisions."),
 )
