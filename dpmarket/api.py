@@ -205,7 +205,7 @@ def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None
 
     plan, how = _plan(scenario, seed, overrides, [], replications, out, executor, workers, progress)
     (records,) = _records(plan, out, how, keep_metrics=True)
-    summary = {**_identity(plan), **tables.cell_summary(records)}
+    summary = {**_identity(plan), **tables.cell_summary(records), **tables.cell_guarantee(plan.base)}
     return Replications(plan.cells[0].scenario, summary, _runs_frame(plan, [records]),
                         _metrics_frame(records), _owners_frame(plan, [records]),
                         None if out is None else Path(out))
@@ -224,7 +224,7 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Sequence] | Iterable[str], 
                       workers, progress)
     by_cell = _records(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
-    summary = {**_identity(plan), "cells": len(plan.cells),
+    summary = {**_identity(plan), "cells": len(plan.cells), "privacy": tables.guarantees(plan.cells),
                "forecast": fit.to_dict() if fit else {"error": why}}
     cells = pd.DataFrame(rows, columns=list(tables.sweep_header(plan.axes)[0]))
     return Sweep(plan.base, summary, cells, _runs_frame(plan, by_cell), _owners_frame(plan, by_cell),
@@ -262,8 +262,8 @@ def _records(plan, out, how, keep_metrics: bool) -> list[list[dict]]:
 
         out = Path(out)
         (study.run_sweep if plan.kind == "sweep" else study.run_replications)(plan, out, how)
-        store = Store(out, plan.identity())
-        return [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+        saved = Store(out, plan.identity()).load(plan.seeds)
+        return [[saved[c.index, r] for r in range(plan.replications)] for c in plan.cells]
     return _in_memory(plan, how, keep_metrics)
 
 

@@ -241,7 +241,7 @@ def _market(args: argparse.Namespace) -> int:
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
                                  progress=not args.quiet)
     rows = compare.write(comparison, out)
-    print(compare.table(rows, out, comparison.forecast_source))
+    print(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
     return 0
 
 

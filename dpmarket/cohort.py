@@ -13,7 +13,7 @@ from dpmarket.data import Consortium
 from dpmarket.errors import MarketError, ScenarioError
 from dpmarket.models import Objective, make_loss
 from dpmarket.owners import DataOwner, answer_bound
-from dpmarket.privacy import answer_cap
+from dpmarket.privacy import answer_cap, is_pure
 from dpmarket.scenario import OwnerSpec, Scenario
 
 
@@ -99,9 +99,55 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     except ValueError as exc:  # accounting.CalibrationError: deferred import, so match its base
         if type(exc).__name__ != "CalibrationError":
             raise
-        key = _owner_key(scenario, i, "epsilon")
-        where = f"δ from {_owner_key(scenario, i, 'delta')}, m = {answers} from privacy.split"
-        raise ScenarioError(scenario.source, key, epsilon, f"{exc} ({where})") from None
+        raise _unreachable(scenario, i, epsilon, answers, exc) from None
+
+
+def _unreachable(scenario: Scenario, i: int, epsilon: float, answers: int, exc: Exception,
+                 key: str | None = None) -> ScenarioError:
+    """The one-line error of owner i's (ε, δ) that no noise reaches over m answers, naming the key of
+    the budget (``key``, else the owner's or privacy's epsilon), δ's key and where m comes from."""
+    key = key or _owner_key(scenario, i, "epsilon")
+    where = f"δ from {_owner_key(scenario, i, 'delta')}, m = {answers} from privacy.split"
+    return ScenarioError(scenario.source, key, epsilon, f"{exc} ({where})")
+
+
+def check_budgets(scenario: Scenario) -> None:
+    """Refuse, before any data is built, an owner's (ε_i, δ_i) that no noise reaches over its m_i
+    answers, with :func:`make_owner`'s one line: a sweep checks every cell so, before its first run.
+
+    The owners are budgeted as :func:`build_owners` budgets them with everyone taking part; in a
+    market each sells at least ``market.epsilon_min`` (named as the key). Owners are counted from
+    ``data.owners`` (synthetic data); a table's owners are known only once it is read, so there only
+    budgets whose m_i does not depend on their number are checked (the horizon split, or a cap).
+    """
+    p = scenario.privacy
+    if is_pure(p.mechanism, p.accountant):
+        return  # Theorem 1's noise m/ε reaches every budget
+    from dpmarket.accounting import CalibrationError, check_reachable
+
+    for i, epsilon, answers, key in _budgets(scenario):
+        delta = float(scenario.owner_value(i, "delta"))
+        try:
+            check_reachable(p.mechanism, p.accountant, answers, epsilon, delta)
+        except CalibrationError as exc:
+            raise _unreachable(scenario, i, epsilon, answers, exc, key) from None
+
+
+def _budgets(scenario: Scenario):
+    """(owner, ε_i, m_i, the budget's key or None) of every owner whose m_i is known from the scenario."""
+    p, market = scenario.privacy, scenario.market
+    synthetic = scenario.data.source == "synthetic"
+    count = scenario.data.owners if synthetic else len(scenario.owners) + 1  # + one without a table
+    shares = query_shares(scenario, np.arange(count)) if synthetic else np.full(count, np.nan)
+    for i, share in enumerate(shares.tolist()):
+        cap = scenario.owner_value(i, "cap")
+        if not synthetic and p.split == "capped" and cap is None:
+            continue  # m_i = a quantile of this owner's share, unknown until the table is read
+        answers = answer_cap(p.split, scenario.learner.iterations, share, cap, p.cap_quantile)
+        if market is None:
+            yield i, float(scenario.owner_value(i, "epsilon")), answers, None
+        else:
+            yield i, float(market.epsilon_min), answers, "market.epsilon_min"
 
 
 def query_shares(scenario: Scenario, members: np.ndarray) -> np.ndarray:

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 KINDS = ("tick", "request", "backoff", "collision", "loss", "dropout", "reconnect", "broadcast",
-         "query", "response", "refusal", "update", "idle")
+         "query", "response", "refusal", "update", "idle", "price", "payment", "join", "leave")
 COLUMNS = ("time", "kind", "owner", "k", "epsilon_spent", "channel", "detail")
+MARKET_COLUMNS = (*COLUMNS, "amount")  # a market in time adds the amount of its price, payment, join, leave
 
 
 class Event(NamedTuple):
@@ -56,10 +57,14 @@ class EventLog:
 
     ``by_owner`` false counts rows per kind only (a third of the cost of counting (kind, owner)
     pairs): for logs whose per-owner counts nobody reads, such as a replication's schedule.
+
+    ``market`` (a market in time) adds the column ``amount``, filled by :meth:`market_row`; the
+    other rows leave it empty, so they read as in any other run.
     """
 
-    def __init__(self, path: Path | None, owner_ids: list[int] | None = None, by_owner: bool = True) -> None:
-        self.owner_ids = owner_ids
+    def __init__(self, path: Path | None, owner_ids: list[int] | None = None, by_owner: bool = True,
+                 market: bool = False) -> None:
+        self.owner_ids, self.market = owner_ids, market
         self._by_owner: Counter[tuple[str, int]] = Counter()
         self._by_kind: Counter[str] | None = None if by_owner else Counter()
         self._rows: list[tuple] = []
@@ -67,7 +72,7 @@ class EventLog:
         writer = csv.writer(self._file, lineterminator="\n") if self._file else None
         self._writerows = writer.writerows if writer else None
         if writer:
-            writer.writerow(COLUMNS)
+            writer.writerow(MARKET_COLUMNS if market else COLUMNS)
 
     def emit(self, event: Event) -> None:
         """Record one event."""
@@ -96,12 +101,19 @@ class EventLog:
         if len(self._rows) >= _BLOCK:
             self._flush()
 
+    def market_row(self, time: float, kind: str, owner: int, amount: float,
+                   epsilon_spent: float | None = None, detail: str | None = None) -> None:
+        """Record a row of the market in time (price, payment, join, leave) with its amount."""
+        self._rows.append((time, kind, owner, None, epsilon_spent, None, detail, amount))
+
     def _flush(self) -> None:
         rows = self._rows
         if self._by_kind is None:
             self._by_owner.update(map(_KIND_OWNER, rows))
         else:
             self._by_kind.update(map(_KIND, rows))
+        if self.market:  # in place: the block is the same list for callers that append to it
+            rows[:] = [r if len(r) == 8 else (*r, None) for r in rows]
         if self._writerows:
             ids = self.owner_ids
             out = rows if ids is None else [

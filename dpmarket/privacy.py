@@ -36,6 +36,27 @@ def is_pure(mechanism: str, accountant: str) -> bool:
     return mechanism == "laplace" and accountant == "basic"
 
 
+ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
+GUARANTEE_KEYS = ("mechanism", "accountant", "delta", "sensitivity_norm", "guarantee")
+
+
+def guarantee(mechanism: str, accountant: str, delta: float) -> dict:
+    """Which mechanism and accountant make the owners' guarantee, as every output states it (a run's,
+    a replicated run's and a policy comparison's ``summary.json``, each cell of a sweep): the keys of
+    :data:`GUARANTEE_KEYS`, δ = 0 for pure ε-DP (the scenario's δ is not used there)."""
+    pure = is_pure(mechanism, accountant)
+    if pure:
+        text = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
+    elif accountant == "basic":
+        text = (f"(ε, δ)-DP: {mechanism} answers, basic composition (each of m_i answers spends "
+                "ε_i/m_i and δ_i/m_i)")
+    else:
+        text = (f"(ε, δ)-DP: m_i {mechanism} answers composed by dp-accounting's "
+                f"{ACCOUNTANT_NAMES[accountant]} accountant")
+    return {"mechanism": mechanism, "accountant": accountant, "delta": 0.0 if pure else delta,
+            "sensitivity_norm": NORMS[mechanism], "guarantee": text}
+
+
 def noise_multiplier(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> float:
     """z: the noise scale per unit of one answer's sensitivity such that ``answers`` answers compose
     to (ε, δ); see dpmarket/accounting.py (loaded only for (ε, δ) answers)."""
@@ -179,9 +200,11 @@ class ComposedLedger:
     accountant's ε at δ_i after the answers given.
 
     The noise was calibrated so that ``cap`` answers compose to (ε_i, δ_i), and ε grows with every
-    answer, so the refusal rule is the cap itself: an integer comparison for any schedule. ``spent``
-    comes from the shared :class:`~dpmarket.accounting.EpsilonCurve` (computed as answers are given)
-    and is checked against the budget at every answer: above it would be a calibration bug.
+    answer, so the refusal rule is the cap itself: an integer comparison for any schedule, and all
+    that paying an answer does. ``spent`` is read from the shared
+    :class:`~dpmarket.accounting.EpsilonCurve` when it is asked for (``events.csv``, ``owners.csv``,
+    the summaries), never when an answer is paid, and checked against the budget there: above it
+    would be a calibration bug.
     """
 
     def __init__(self, owner: int, budget: float, cap: int, curve) -> None:
@@ -189,11 +212,19 @@ class ComposedLedger:
             raise ValueError(f"Privacy budget and cap must be positive, got {budget}, {cap}")
         self.owner, self.budget, self.cap, self.curve = owner, float(budget), int(cap), curve
         self.answers = 0
-        self.spent_float = 0.0
+
+    @property
+    def spent_float(self) -> float:
+        """ε spent so far: the accountant's ε at δ_i after the answers given (0 before any)."""
+        spent = self.curve.after(self.answers)
+        if not spent <= self.budget:
+            raise RuntimeError(f"owner {self.owner}: the accountant's ε after {self.answers} answers is "
+                               f"{spent!r}, above the budget {self.budget!r} the noise was calibrated for")
+        return spent
 
     @property
     def spent(self) -> float:
-        """ε spent so far: the accountant's ε at δ_i after the answers given."""
+        """ε spent so far (as :attr:`spent_float`)."""
         return self.spent_float
 
     def can_pay(self, charge: int = 1) -> bool:
@@ -209,11 +240,6 @@ class ComposedLedger:
         if self.answers >= self.cap:
             return False
         self.answers += 1
-        self.spent_float = self.curve.after(self.answers)
-        if not self.spent_float <= self.budget:
-            raise RuntimeError(f"owner {self.owner}: the accountant's ε after {self.answers} answers is "
-                               f"{self.spent_float!r}, above the budget {self.budget!r} the noise was "
-                               "calibrated for")
         return True
 
 

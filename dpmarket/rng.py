@@ -17,7 +17,7 @@ import numpy as np
 from numpy.random.bit_generator import ISeedSequence
 
 _TOLIST = methodcaller("tolist")
-STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market")
+STREAMS = ("data", "sizes", "selection", "clocks", "channel", "availability", "noise", "market", "arrivals")
 
 
 @functools.cache  # a handful of names; hashing one costs a tenth of a stream

@@ -25,6 +25,7 @@ from dpmarket.owners import DataOwner
 from dpmarket.problem import Prepared, prepare
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
+from dpmarket.replications import batched, scheduled_run
 from dpmarket.roster import Roster
 from dpmarket.scenario import Scenario
 from dpmarket.stepsize import StepSize, floor_law
@@ -117,7 +118,13 @@ def execute(scenario: Scenario, events_path: Path | None = None,
 
             market = settle_market(scenario, prepared, progress=progress)
         members, epsilons = market.outcome.members, market.outcome.epsilon
-    run = train(scenario, consortium, objective, members, epsilons, events_path, progress)
+    if market is not None and scenario.market.mode == "dynamic":
+        from dpmarket.dynamic_run import train_dynamic  # deferred: only a market in time needs it
+
+        run, market = train_dynamic(scenario, prepared, market, events_path, progress)
+    else:
+        simulated = scheduled_run if batched(scenario, 1) else train  # the same results either way
+        run = simulated(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
                      prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market,

@@ -295,6 +295,13 @@ class Market(_Strict):
     offer, the auction and the marginal-contribution policy. ``forecast`` is the ψ̂ the market
     negotiates with: unset, the law of dpmarket/market/law.py with multipliers fitted to pilot
     runs (``pilots``); ``"law"``, that law uncalibrated; a table, Theorem 2's constants.
+
+    ``mode = "dynamic"`` runs the market in time, beside the owners and the learner in the
+    simulation (dpmarket/market/dynamic.py): the policy's posted price is the opening price, each
+    answer is paid (``payment``: when computed, or only when delivered), the learner reprices every
+    ``period`` (``rule``: ``"fixed"``, or ``"progress"``, steered by the model's quality measured
+    on public data), owners join and leave by their utility, and the last ``pool`` owners of the
+    scenario arrive over time at Poisson ``arrival_rate``.
     """
 
     policy: Literal["posted_price", "record_price", "take_it_or_leave_it", "procurement",
@@ -313,6 +320,12 @@ class Market(_Strict):
     costs: Costs = Costs()
     forecast: ForecastConstants | Literal["law"] | None = None
     pilots: Pilots = Pilots()
+    mode: Literal["static", "dynamic"] = "static"
+    payment: Literal["on_compute", "on_delivery"] = "on_compute"
+    period: PosFloat = 1.0
+    rule: Literal["fixed", "progress"] = "fixed"
+    arrival_rate: NonNegFloat = 0.0
+    pool: NonNegInt = 0
 
     @field_validator("forecast", mode="before")
     @classmethod
@@ -384,6 +397,9 @@ class Scenario(_Strict):
         table = self.model_dump(mode="json", exclude_none=True)
         if self.market is not None:
             table["privacy"].pop("epsilon", None)
+            if self.market.mode == "static":  # a static market's file reads as before the market in time
+                for key in DYNAMIC_KEYS:
+                    table["market"].pop(key, None)
         return table
 
     def to_toml(self) -> str:
@@ -602,6 +618,48 @@ def _check_network(s: Scenario, fail) -> None:
         fail("learner.algorithm", s.learner.algorithm, "the network engine drives the async learner only")
 
 
+# The keys of the market in time (market.mode = "dynamic"), with their values that mean "unused".
+DYNAMIC_KEYS = {"mode": "static", "payment": "on_compute", "period": 1.0, "rule": "fixed",
+                "arrival_rate": 0.0, "pool": 0}
+POSTED = ("posted_price", "stackelberg")  # the policies that post a price per unit ε
+
+
+def _check_dynamic(s: Scenario, fail) -> None:
+    """The market in time: its keys only in dynamic mode, and what each of them needs."""
+    m = s.market
+    if m.mode == "static":
+        for key, unused in DYNAMIC_KEYS.items():
+            if getattr(m, key) != unused:
+                fail(f"market.{key}", getattr(m, key), "only used with market.mode = 'dynamic'")
+        return
+    if m.policy not in POSTED:
+        fail("market.policy", m.policy, "market.mode = 'dynamic' reprices a posted price per unit ε: "
+             "use 'posted_price' or 'stackelberg'")
+    if s.learner.algorithm != "async":
+        fail("learner.algorithm", s.learner.algorithm, "market.mode = 'dynamic' needs the async learner "
+             "(a synchronous round needs every owner, whoever leaves)")
+    if m.arrival_rate > 0 and m.pool == 0:
+        fail("market.arrival_rate", m.arrival_rate, "needs an owner pool: market.pool = K makes the last "
+             "K owners of the scenario arrive over time")
+    if m.pool > 0 and m.arrival_rate == 0:
+        fail("market.pool", m.pool, "pool owners arrive at market.arrival_rate: set it (> 0)")
+    if s.data.source == "synthetic" and m.pool >= s.data.owners:
+        fail("market.pool", m.pool, f"must leave someone at the start (data.owners = {s.data.owners})")
+    if m.rule == "progress":
+        _check_progress(s, fail)
+
+
+def _check_progress(s: Scenario, fail) -> None:
+    """The adaptive rule weighs measured progress in money, on public data only."""
+    m = s.market
+    if m.value == 0:
+        fail("market.value", 0.0, "market.rule = 'progress' weighs the model's measured progress in "
+             "money: set the learner's value of a perfect model (> 0)")
+    if s.data.source != "synthetic" and s.data.table.holdout == 0:
+        fail("market.rule", m.rule, "needs a public measurement of quality: a hold-out "
+             "(data.table.holdout > 0; synthetic data have a public twin), never the owners' records")
+
+
 # What each compensation policy reads: (key, why) pairs checked when the policy is used.
 POLICY_NEEDS = {
     "posted_price": ("price",), "record_price": ("price_per_record",),
@@ -652,6 +710,7 @@ def _check_market(s: Scenario, fail) -> None:
         fail("market.pilots.epsilon_low", m.pilots.epsilon_low,
              f"must be below market.pilots.epsilon_high = {m.pilots.epsilon_high}")
     check_policy(m, m.policy, fail)
+    _check_dynamic(s, fail)
 
 
 def _check_market_budgets(s: Scenario, fail) -> None:

@@ -52,6 +52,12 @@ class OwnerSequence:
         if len(self.items) >= CHUNK:
             self._count()
 
+    def extend(self, slots: np.ndarray) -> None:
+        """Record the owners (slots) of the next updates, in order (a chunk of a run's tape)."""
+        self.items.extend(np.asarray(slots, dtype=np.int64).tolist())
+        if not self.exact and len(self.items) >= CHUNK:
+            self._count()
+
     def _count(self) -> None:
         slots = np.asarray(self.items, dtype=np.int64)
         k = np.arange(self.counted, self.counted + len(slots))  # k − 1 of each buffered update

@@ -2,10 +2,39 @@
 
 from __future__ import annotations
 
+import json
+import time
+from pathlib import Path
+
 import numpy as np
+import tomli_w
 from scipy import stats
 
 from dpmarket.scenario import Scenario, validate
+
+# Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here.
+SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0}}
+
+# A posted-price market with constant forecast terms (no pilot runs): price 1 for a value of 10,
+# ε within [0.5, 20], quadratic costs of coefficient 0.5.
+FORECAST = {"c0": 0.01, "c1": 0.0, "c2": 2e4}
+MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
+          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": FORECAST}
+# MARKET's terms with every policy's lever set (each policy reads its own); the caller picks the policy.
+EVERY_LEVER = {**{k: v for k, v in MARKET.items() if k != "policy"}, "offer_epsilon": 2.0, "budget": 5.0,
+               "winners": 2, "price_per_record": 0.01}
+
+
+def merged(table: dict, sections: dict) -> dict:
+    """``table`` with ``sections`` merged in: a dict into the section of its name, anything else
+    in place of it (a new table; ``table`` is left as it was)."""
+    table = dict(table)
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(table.get(key), dict):
+            table[key] = {**table[key], **value}
+        else:
+            table[key] = value
+    return table
 
 
 def tiny(**sections) -> Scenario:
@@ -14,17 +43,53 @@ def tiny(**sections) -> Scenario:
     It keeps the correlated generator with an intercept (the defaults before conditioned data),
     so that the many tests written against it keep their meaning; tests of the defaults say so.
     """
-    table: dict = {"name": "tiny", "seed": 3,
-                   "data": {"owners": 3, "records": 300, "features": 3, "generator": "correlated"},
-                   "model": {"intercept": True},
-                   "learner": {"iterations": 60, "rho": 3.0},
-                   "output": {"metric_points": 10, "plots": False}}
-    for key, value in sections.items():
-        if isinstance(value, dict) and isinstance(table.get(key), dict):
-            table[key] = {**table[key], **value}
-        else:
-            table[key] = value
-    return validate(table, "test")
+    table = merged(SMALL, {"name": "tiny", "seed": 3, "data": {"generator": "correlated"},
+                           "model": {"intercept": True}, "learner": {"iterations": 60},
+                           "output": {"metric_points": 10, "plots": False}})
+    return validate(merged(table, sections), "test")
+
+
+def small_toml(**sections) -> str:
+    """The text of a small scenario file: :data:`SMALL` (the package's default generator) with
+    ``sections`` merged in, for tests that hand a file to the command line."""
+    return tomli_w.dumps(merged(SMALL, sections))
+
+
+def tiny_toml(**sections) -> str:
+    """The file most command-line tests run: "tiny", seed 5, 80 iterations, 20 metric points,
+    no figures; ``sections`` are merged in (``output={"plots": True}`` draws them)."""
+    table = merged(SMALL, {"name": "tiny", "seed": 5, "learner": {"iterations": 80},
+                           "output": {"metric_points": 20, "plots": False}})
+    return tomli_w.dumps(merged(table, sections))
+
+
+def market_toml(**market) -> str:
+    """A file of :data:`MARKET` ("m", seed 4, 60 iterations) with ``market`` changes to its terms."""
+    return small_toml(name="m", seed=4, learner={"iterations": 60},
+                      output={"metric_points": 10, "plots": False}, market={**MARKET, **market})
+
+
+def budgeted_market_toml() -> str:
+    """"tinymarket" (seed 5, 60 iterations): a posted price under a budget of 3 to owners of
+    lognormal cost coefficients, ε at least 0.5; the file of the market and forecast commands' tests."""
+    market = {"policy": "posted_price", "price": 1.0, "value": 10.0, "budget": 3.0, "offer_epsilon": 2.0,
+              "epsilon_min": 0.5, "forecast": FORECAST,
+              "costs": {"kind": "quadratic", "coef": 0.5, "distribution": "lognormal", "sigma": 0.5}}
+    return small_toml(name="tinymarket", seed=5, learner={"iterations": 60}, output={"plots": False},
+                      market=market)
+
+
+def wait_for(condition, timeout: float = 60.0):
+    """Poll ``condition`` until it returns something true (returned), or fail after ``timeout`` s.
+    Tests wait for what they wait for, never a fixed time: the deadline is only patience, generous
+    for a machine whose cores other jobs share."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"still waiting after {timeout} s")
 
 
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
@@ -34,22 +99,6 @@ def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
     norms = np.abs(grads).sum(axis=1)
     factor = np.minimum(1.0, bound * (1.0 - 1e-12) / np.maximum(norms, np.finfo(float).tiny))
     return grads * factor[:, None]
-
-
-TINY_TOML = """
-name = "tiny"
-seed = 5
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 80
-rho = 3.0
-[output]
-metric_points = 20
-plots = {plots}
-"""
 
 
 def ks_accepts(samples: np.ndarray, dist, alpha: float = 1e-4) -> bool:
@@ -76,3 +125,14 @@ def proportion_within(successes: int, trials: int, p: float, z: float = 5.0) -> 
     """A binomial proportion is within ``z`` standard errors (from the theory p) of p."""
     se = np.sqrt(p * (1 - p) / trials)
     return bool(abs(successes / trials - p) <= z * se)
+
+
+def saved_replications(directory: Path) -> dict[tuple[int, int], dict]:
+    """Every replication saved in an experiment directory's ``tasks/`` (a file per task, or per
+    replication as older versions wrote them), by (cell, replication)."""
+    found = {}
+    for path in sorted((Path(directory) / "tasks").glob("c*.json")):
+        document = json.loads(path.read_bytes())
+        for record in document.get("records", [document]):
+            found[record["cell"], record["replication"]] = record
+    return found

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import html
 import io
+import json
 import math
 import subprocess
 import sys
@@ -95,7 +97,7 @@ def test_tight_accountants_need_less_noise_than_basic_composition():
 
 
 @pytest.mark.parametrize("mechanism, accountant", [("laplace", "rdp"), ("laplace", "pld"),
-                                                   ("gaussian", "pld")])
+                                                   ("gaussian", "rdp")])
 def test_ledger_curve_is_the_accountants_epsilon(mechanism, accountant):
     """ε after j answers (composed one at a time) equals that of a fresh accountant of the same grid
     given the j answers at once, to 10⁻⁶, and stays below the budget at the cap; another multiplier's
@@ -110,6 +112,24 @@ def test_ledger_curve_is_the_accountants_epsilon(mechanism, accountant):
         assert wrong.after(j) != pytest.approx(exact, rel=1e-3)
         assert curve.after(j) == pytest.approx(library_epsilon(mechanism, accountant, z, j, delta), rel=0.01)
     assert curve.after(40) <= epsilon and np.all(np.diff(curve.values) > 0)
+
+
+def test_gaussian_pld_curve_is_the_exact_epsilon_the_accountant_bounds():
+    """Gaussian answers under PLD: ε after j answers is the exact ε of one answer of z/√j (what j
+    answers of z are), at most the PLD accountant's for the j answers (its discretisation is
+    pessimistic) and within 10⁻⁴ of it, for every j up to the cap; the curve of 1 % less noise (a
+    wrong input) is above the accountant's by far more."""
+    answers, epsilon, delta = 40, 4.0, 1e-6
+    z = noise_multiplier("gaussian", "pld", answers, epsilon, delta)
+    curve = epsilon_curve("gaussian", "pld", z, delta, epsilon)
+    wrong = epsilon_curve("gaussian", "pld", 0.99 * z, delta, epsilon)
+    for j in range(1, answers + 1):
+        bound = composed_epsilon("gaussian", "pld", z, j, delta, epsilon)
+        assert bound * (1 - 1e-4) <= curve.after(j) <= bound
+        assert curve.after(j) == pytest.approx(dp_accounting.get_epsilon_gaussian(z / math.sqrt(j), delta),
+                                               rel=1e-9)
+        assert wrong.after(j) > bound * (1 + 1e-3)
+    assert np.all(np.diff(curve.values) > 0) and curve.after(answers) <= epsilon
 
 
 def owner_noise(mechanism: str, accountant: str, answers: int = 3000):
@@ -372,8 +392,256 @@ def test_multiplier_tables_match_the_exact_calibration():
     from dpmarket.accounting import NODES_PER_DECADE, multipliers
 
     eps = np.geomspace(0.2, 200.0, 9)
-    for mechanism, accountant in (("laplace", "rdp"), ("laplace", "pld"), ("gaussian", "basic")):
+    for mechanism, accountant in (("laplace", "rdp"), ("laplace", "pld"), ("gaussian", "basic"),
+                                  ("gaussian", "pld")):
         table = multipliers(mechanism, accountant, 30, eps, 1e-6)
         exact = np.array([noise_multiplier(mechanism, accountant, 30, float(e), 1e-6) for e in eps])
         assert table == pytest.approx(exact, rel=1e-3)
         assert table * 10 ** (1 / NODES_PER_DECADE) != pytest.approx(exact, rel=0.05)
+
+
+# --- every output says which accountant made the guarantee ------------------------------------------
+
+def scenario_file(tmp_path: Path, **sections) -> Path:
+    path = tmp_path / "s.toml"
+    path.write_text(tiny(**sections).to_toml(), encoding="utf-8")
+    return path
+
+
+def test_replicated_runs_say_which_accountant_made_the_guarantee(tmp_path, capsys):
+    """``run --replications``: summary.json, report.html and the terminal name the PLD accountant and
+    δ; the same run under basic composition (a wrong input for the check) says pure ε-DP instead."""
+    from dpmarket.cli import main
+
+    for accountant, says in (("pld", "PLD (privacy-loss distribution) accountant"),
+                             ("basic", "pure ε-DP: Laplace answers, basic composition")):
+        path = scenario_file(tmp_path, privacy={"accountant": accountant, "delta": 1e-6})
+        out = tmp_path / f"rep-{accountant}"
+        assert main(["run", str(path), "--replications", "2", "--executor", "serial", "--quiet",
+                     "--out", str(out)]) == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["accountant"] == accountant and says in summary["guarantee"]
+        assert summary["delta"] == (1e-6 if accountant == "pld" else 0.0)
+        assert f"Privacy: {summary['guarantee']}" in html.unescape((out / "report.html").read_text())
+        printed = capsys.readouterr().out
+        assert f"privacy       {summary['guarantee']}" in printed
+        assert ("δ = 1e-06" in printed) == (accountant == "pld")
+
+
+def test_each_sweep_cell_says_its_own_guarantee(tmp_path, capsys):
+    """A grid over the mechanism and the accountant: every row of sweep.csv carries its cell's
+    mechanism, accountant and δ (0 for pure ε-DP), sweep.json lists each guarantee once with its
+    cells, and report.html and the terminal state all four."""
+    from dpmarket.cli import main
+
+    path = scenario_file(tmp_path, privacy={"delta": 1e-6})
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--grid", "privacy.mechanism=laplace,gaussian", "--grid",
+                 "privacy.accountant=basic,pld", "--executor", "serial", "--quiet", "--out", str(out)]) == 0
+    rows = list(csv.DictReader(io.StringIO((out / "sweep.csv").read_text())))
+    assert [(r["privacy.mechanism"], r["privacy.accountant"]) for r in rows] == [
+        ("laplace", "basic"), ("laplace", "pld"), ("gaussian", "basic"), ("gaussian", "pld")]
+    for r in rows:
+        assert (r["mechanism"], r["accountant"]) == (r["privacy.mechanism"], r["privacy.accountant"])
+        assert float(r["delta"]) == (0.0 if r["cell"] == "0" else 1e-6)
+    guarantees = json.loads((out / "sweep.json").read_text())["privacy"]
+    assert [g["cells"] for g in guarantees] == [[0], [1], [2], [3]]
+    assert [(g["mechanism"], g["accountant"]) for g in guarantees] == [
+        ("laplace", "basic"), ("laplace", "pld"), ("gaussian", "basic"), ("gaussian", "pld")]
+    page, printed = html.unescape((out / "report.html").read_text()), capsys.readouterr().out
+    for g in guarantees:
+        assert f"cells {g['cells'][0]}: {g['guarantee']}" in page
+        assert f"privacy       cells {g['cells'][0]}: {g['guarantee']}" in printed
+
+
+def test_a_sweep_with_one_guarantee_says_it_once(tmp_path):
+    from dpmarket.cli import main
+
+    path = scenario_file(tmp_path, privacy={"accountant": "rdp", "delta": 1e-5})
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,4", "--executor", "serial", "--quiet",
+                 "--out", str(out)]) == 0
+    (only,) = json.loads((out / "sweep.json").read_text())["privacy"]
+    assert only["cells"] == [0, 1] and only["accountant"] == "rdp" and only["delta"] == 1e-5
+    assert "Privacy: (ε, δ)-DP: m_i laplace answers composed by dp-accounting's RDP accountant, δ = 1e-05." \
+        in html.unescape((out / "report.html").read_text())
+
+
+# --- a sweep checks every cell's (ε, δ, m) before any work ------------------------------------------
+
+def test_a_sweep_whose_17th_cell_is_unreachable_fails_before_any_work(tmp_path):
+    """RDP cannot get 60 answers under ε = 0.5 at δ = 10⁻³⁰⁰ (its orders stop at 1,024): the 17th
+    cell of 20. The sweep ends at once with exit 2 and one line naming that cell's swept keys, and
+    writes nothing (no cell ran: the directory is never made). The grid without that δ passes the
+    check (a wrong input: the check refuses only what no noise reaches)."""
+    path = scenario_file(tmp_path, privacy={"epsilon": 1.0, "accountant": "rdp", "delta": 1e-6})
+    grid = ["--grid", "privacy.epsilon=4,2,1,0.5", "--grid", "privacy.delta=1e-6,1e-300,1e-5,1e-4,1e-3"]
+    out = tmp_path / "sweep"
+    command = [sys.executable, "-m", "dpmarket", "sweep", str(path), *grid, "--executor", "serial",
+               "--quiet", "--out", str(out)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists()
+    assert f"{path} (with --grid privacy.epsilon=0.5 privacy.delta=1e-300): privacy.epsilon = 0.5: " \
+           "no laplace noise makes 60 answers compose" in done.stderr
+    from dpmarket.experiment.study import make_plan
+    from dpmarket.scenario import load
+
+    plan = make_plan("sweep", load(path), [grid[1], "privacy.delta=1e-6,1e-5,1e-4,1e-3"], 1, str(path))
+    assert len(plan.cells) == 16
+    with pytest.raises(ScenarioError) as err:
+        make_plan("sweep", load(path), grid[1::2], 1, str(path))
+    assert err.value.key == "privacy.epsilon" and "privacy.delta=1e-300" in err.value.source
+
+
+def test_a_market_sweep_checks_the_least_budget_a_seller_sells(tmp_path):
+    """In a market the owners' ε is the market's, at least market.epsilon_min: that is the key named."""
+    from dpmarket.cohort import check_budgets
+
+    market = {"policy": "posted_price", "price": 1.0, "epsilon_min": 0.5, "forecast": "law",
+              "costs": {"kind": "quadratic", "coef": 0.1}}
+    scenario = tiny(privacy={"accountant": "rdp", "delta": 1e-300}, market=market)
+    with pytest.raises(ScenarioError) as err:
+        check_budgets(scenario)
+    assert err.value.key == "market.epsilon_min" and err.value.value == 0.5
+    check_budgets(tiny(privacy={"accountant": "rdp", "delta": 1e-300}, market={**market, "epsilon_min": 5.0}))
+
+
+# --- one market under basic and PLD accounting ------------------------------------------------------
+
+def market_case(accountant: str):
+    return tiny(data={"owners": 6, "records": [2000, 3000, 4000, 5000, 6000, 8000], "generator": "whitened"},
+                model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},
+                privacy={"split": "capped", "accountant": accountant, "delta": 1e-6},
+                market={"policy": "posted_price", "price": 0.3, "value": 100.0, "forecast": "law",
+                        "epsilon_min": 0.5, "epsilon_max": 50.0,
+                        "costs": {"kind": "quadratic", "coef": 0.1, "distribution": "lognormal",
+                                  "sigma": 0.5}})
+
+
+def test_a_pld_market_forecasts_a_better_model_for_the_same_budgets_and_buys_differently(tmp_path):
+    """At the same posted price the owners sell the same ε under both accountants (their costs decide),
+    and the law forecasts a better model under PLD: its noise term falls by exactly what the owners'
+    calibrated noise falls, Σ a_i z_i² against Σ a_i (m_i/ε_i)² for the owners a run builds at those ε.
+    A forecast that ignores the accountant (a wrong input) forecasts basic's ψ̂. The Stackelberg
+    learner, optimising on the forecast, posts another price. The comparison's summary.json, report
+    and table say which accountant made the guarantee."""
+    from dpmarket.market import compare, law
+
+    results = {a: compare.compare(market_case(a), ["posted_price", "stackelberg"], 1)
+               for a in ("basic", "pld")}
+    posted = {a: c.results[0].outcome for a, c in results.items()}
+    assert np.array_equal(posted["pld"].epsilon, posted["basic"].epsilon)
+    assert posted["pld"].spend == posted["basic"].spend
+    assert posted["pld"].psi_forecast < 0.5 * posted["basic"].psi_forecast
+
+    scenario = market_case("pld")
+    from dpmarket.problem import prepare
+
+    prepared = prepare(scenario)
+    inputs = law.build_inputs(scenario, prepared.consortium)
+    sizes, eps = prepared.consortium.sizes.astype(float), posted["pld"].epsilon
+    everyone = np.ones((1, 6), bool)
+    noise = {a: law.LawForecast(replace(inputs, noise=inputs.noise if a == "pld" else None))
+             .terms(eps, sizes, everyone)[1][0] for a in ("basic", "pld")}
+    weights = law.owner_weights(inputs)
+    owners = {a: build_owners(market_case(a), prepared.consortium, prepared.objective, np.arange(6), eps)
+              for a in ("basic", "pld")}
+    z2 = {a: sum(w * o.multiplier**2 for w, o in zip(weights, owners[a], strict=True)) for a in owners}
+    assert noise["pld"] / noise["basic"] == pytest.approx(z2["pld"] / z2["basic"], rel=2e-3)
+    assert z2["pld"] / z2["basic"] < 0.8
+    ignoring = law.LawForecast(replace(inputs, noise=None)).coalitions(eps, sizes, everyone)[0]
+    assert ignoring == pytest.approx(posted["basic"].psi_forecast, rel=1e-12)
+
+    stackelberg = {a: c.results[1].outcome for a, c in results.items()}
+    assert stackelberg["pld"].price != pytest.approx(stackelberg["basic"].price, rel=0.01)
+    assert not np.allclose(stackelberg["pld"].epsilon, stackelberg["basic"].epsilon, rtol=0.01)
+
+    rows = compare.write(results["pld"], tmp_path / "market")
+    summary = json.loads((tmp_path / "market" / "summary.json").read_text())
+    assert summary["accountant"] == "pld" and "PLD" in summary["guarantee"] and summary["delta"] == 1e-6
+    page = html.unescape((tmp_path / "market" / "report.html").read_text())
+    assert f"Privacy: {summary['guarantee']}" in page
+    assert f"privacy: {summary['guarantee']}; δ = 1e-06" in compare.table(rows, tmp_path, "", scenario)
+
+
+# --- Theorem 2's form follows the calibrated noise ---------------------------------------------------
+
+@pytest.mark.parametrize("mechanism, accountant", [("laplace", "pld"), ("laplace", "rdp"),
+                                                   ("gaussian", "basic"), ("gaussian", "pld")])
+def test_effective_budgets_are_those_of_the_owners_calibrated_noise(mechanism, accountant):
+    """ε̃_i = m_i/z_i (√2·(m_i/z_i)·Ξ/Ξ₂ for Gaussian answers: basic Laplace at ε̃ adds the same
+    variance, 2(m_iΔ/ε̃)² = (z_iΔ₂)²) with the z_i, m_i and Δ of the owners a run of the coalition
+    builds (tables: 0.2 %), per coalition; Theorem 1's noise has none (ε̃ is ε itself), and ε itself
+    (a wrong input) is far from ε̃ under the accountants."""
+    from dpmarket.market.forecast import effective_budgets
+
+    scenario, prepared = law_case(mechanism, accountant)
+    noise = effective_budgets(scenario, 6)
+    l1 = sensitivity(law_case("laplace", "basic")[0], prepared.consortium)
+    l2 = sensitivity(scenario, prepared.consortium)
+    factor = 1.0 if mechanism == "laplace" else math.sqrt(2.0) * l1 / l2
+    gen = np.random.default_rng(8)
+    for _ in range(4):
+        members = np.sort(gen.permutation(6)[: int(gen.integers(1, 7))])
+        eps = gen.uniform(0.5, 20.0, 6)
+        owners = build_owners(scenario, prepared.consortium, prepared.objective, members, eps)
+        truth = np.array([factor * o.answers_allowed / o.multiplier for o in owners])
+        got = noise.of_members(eps, np.isin(np.arange(6), members))
+        assert got == pytest.approx(truth, rel=2e-3)
+        assert not np.allclose(got, eps[members], rtol=0.05)
+    assert effective_budgets(law_case("laplace", "basic")[0], 6) is None
+
+
+def test_one_theorem2_fit_spans_cells_of_two_accountants(tmp_path):
+    """A sweep over the accountant and ε: on the effective budgets of the cells' calibrated noise,
+    Theorem 2's one fit describes basic and PLD cells alike (RMS relative error under 0.2; PLD's ψ is
+    50 times smaller at ε = 1 here); on the budgets themselves (a wrong input) it cannot (above 0.5)."""
+    from dpmarket.experiment.study import Execution, make_plan, run_sweep
+    from dpmarket.market.forecast import calibrate
+
+    base = tiny(data={"owners": 3, "records": 100_000, "generator": "whitened"}, model={"intercept": False},
+                learner={"iterations": 1000}, privacy={"delta": 1e-6})
+    plan = make_plan("sweep", base, ["privacy.accountant=basic,pld", "privacy.epsilon=1,3,10,30"], 2, "t")
+    meta = run_sweep(plan, tmp_path / "sweep", Execution("serial"))
+    assert meta["forecast"]["rms_relative_error"] < 0.2
+    rows = list(csv.DictReader(io.StringIO((tmp_path / "sweep" / "sweep.csv").read_text())))
+    psi = [float(r["psi_mean"]) for r in rows]
+    assert psi[4] < psi[0] / 10  # PLD against basic at ε = 1
+    for row in rows:
+        assert float(row["forecast"]) == pytest.approx(float(row["psi_mean"]), rel=0.35)
+    raw = [np.full(3, float(r["privacy.epsilon"])) for r in rows]
+    assert calibrate(raw, [300_000.0] * len(rows), psi).rms_relative_error > 0.5
+
+
+def test_theorem2_forecasts_of_a_market_read_the_calibrated_noise():
+    """Explicit constants under PLD forecast with the owners' effective budgets (what a run of the
+    coalition would add), and the pilots' fit recovers the constants of a ψ made of them exactly,
+    where a fit on the budgets themselves (a wrong input) misses."""
+    from dpmarket.market import calibration
+    from dpmarket.market.calibration import PilotRuns, fit_theorem2
+    from dpmarket.problem import prepare
+
+    scenario = market_case("pld")
+    scenario = scenario.model_copy(update={"market": scenario.market.model_copy(
+        update={"forecast": calibration.ForecastConstants(c0=0.0, c1=0.0, c2=4e7)})})
+    prepared = prepare(scenario)
+    sizes = prepared.consortium.sizes.astype(float)
+    forecast, _ = calibration.resolve(scenario, prepared.consortium, prepared.objective)
+    eps, mask = np.array([1.0, 2.0, 3.0, 5.0, 8.0, 13.0]), np.array([[1, 1, 0, 1, 0, 1]], bool)
+    members = np.flatnonzero(mask[0])
+    owners = build_owners(scenario, prepared.consortium, prepared.objective, members, eps)
+    effective = np.array([o.answers_allowed / o.multiplier for o in owners])
+    expected = 4e7 * np.sum(effective**-2.0) / sizes[members].sum() ** 2
+    assert forecast.coalitions(eps, sizes, mask)[0] == pytest.approx(expected, rel=4e-3)
+    assert forecast.coalitions(eps, sizes, mask)[0] < 0.8 * 4e7 * np.sum(eps[members] ** -2.0) / sizes[
+        members].sum() ** 2
+
+    masks = np.array([[1] * 6, [1, 1, 1, 0, 0, 0], [0, 0, 0, 1, 1, 1]] * 3, bool)
+    levels = np.repeat([1.0, 4.0, 16.0], 3)
+    psi = np.array([forecast.coalitions(np.full(6, e), sizes, m[None])[0] for e, m in zip(levels, masks,
+                                                                                           strict=True)])
+    pilots = PilotRuns(masks, levels, psi, sizes, "test", psi_zero=np.inf)
+    fitted = fit_theorem2(scenario, pilots)
+    assert fitted.c2 == pytest.approx(4e7, rel=1e-6) and fitted.c1 == pytest.approx(0.0, abs=1e-6)
+    assert fitted.rms_relative_error < 1e-6
+    assert fit_theorem2(market_case("basic"), pilots).rms_relative_error > 0.05  # ε, not ε̃: misses

@@ -21,18 +21,17 @@ from dpmarket import api, files, rng
 from dpmarket.cli import main
 from dpmarket.errors import DPMarketError, ScenarioError
 from dpmarket.scenario import parse_override
-from tests.helpers import TINY_TOML, tiny
+from tests.helpers import MARKET as POSTED_PRICE
+from tests.helpers import tiny, tiny_toml
 
 ROOT = Path(__file__).resolve().parents[1]
-MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "offer_epsilon": 2.0, "epsilon_min": 0.5,
-          "epsilon_max": 20.0, "costs": {"kind": "quadratic", "coef": 0.5},
-          "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
+MARKET = {**POSTED_PRICE, "offer_epsilon": 2.0}
 
 
 @pytest.fixture
 def tiny_file(tmp_path) -> Path:
     path = tmp_path / "tiny.toml"
-    path.write_text(TINY_TOML.format(plots="false"))
+    path.write_text(tiny_toml())
     return path
 
 

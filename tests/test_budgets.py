@@ -15,33 +15,11 @@ import pytest
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
 from dpmarket.scenario import load, validate
-from tests.helpers import tiny
+from tests.helpers import MARKET, market_toml, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 NY = ROOT / "scenarios" / "ny_hospitals.toml"
-MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
-          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
-MARKET_TOML = """name = "m"
-seed = 4
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 60
-rho = 3.0
-[output]
-metric_points = 10
-plots = false
-[market]
-policy = "posted_price"
-price = 1.0
-value = 10.0
-epsilon_min = 0.5
-epsilon_max = 20.0
-costs = { kind = "quadratic", coef = 0.5 }
-forecast = { c0 = 0.01, c1 = 0.0, c2 = 2e4 }
-"""
+MARKET_TOML = market_toml()
 
 
 @pytest.mark.parametrize("sections, key", [

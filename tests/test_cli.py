@@ -8,11 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TOML
+from helpers import tiny_toml
 
 from dpmarket.cli import main
-
-TINY = TINY_TOML
 
 NETWORK = """
 [network]
@@ -26,7 +24,7 @@ dropout = { mean_online = 5.0, mean_offline = 1.0 }
 
 def scenario(tmp_path: Path, plots: bool = False, extra: str = "", name: str = "s.toml") -> Path:
     path = tmp_path / name
-    path.write_text(TINY.format(plots=str(plots).lower()) + extra)
+    path.write_text(tiny_toml(output={"plots": plots}) + extra)
     return path
 
 

@@ -7,6 +7,7 @@ import filecmp
 import shlex
 
 import pytest
+from helpers import market_toml
 
 from dpmarket.bundled import find
 from dpmarket.cli import EXAMPLES, _parser, main
@@ -49,28 +50,7 @@ def test_every_example_parses_and_its_scenario_validates(args):
         load(find(parsed.scenario), parsed.overrides)  # raises on a bad name or override
 
 
-MARKET_TOML = """name = "m"
-seed = 4
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 60
-rho = 3.0
-[output]
-metric_points = 10
-plots = false
-[market]
-policy = "posted_price"
-price = 1.0
-value = 10.0
-offer_epsilon = 2.0
-epsilon_min = 0.5
-epsilon_max = 20.0
-costs = { kind = "quadratic", coef = 0.5 }
-forecast = { c0 = 0.01, c1 = 0.0, c2 = 2e4 }
-"""
+MARKET_TOML = market_toml(offer_epsilon=2.0)
 
 
 def test_market_workers_change_nothing_but_the_speed_and_quiet_is_quiet(tmp_path, capsys):

@@ -760,6 +760,9 @@ def record_noise(monkeypatch) -> dict[int, list[np.ndarray]]:
     {"mode": "ideal"},
 ], ids=["request", "broadcast", "ideal"])
 def test_network_settings_change_neither_data_nor_the_noise_of_each_answer(monkeypatch, network):
+    # the runs exchange by exchange, whose owners draw their own noise (a network run is replayed
+    # by default, with the same draws: tests/test_replay.py)
+    monkeypatch.setattr("dpmarket.run.batched", lambda scenario, replications: False)
     draws = record_noise(monkeypatch)
     base = execute(build({"mode": "request"}, owners=4, iterations=300))
     other = execute(build(network, owners=4, iterations=300))

@@ -9,12 +9,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ks_accepts, tiny
+from helpers import ks_accepts, saved_replications, tiny, wait_for
 from scipy import stats
 
 from dpmarket import rng
@@ -204,13 +203,14 @@ def test_a_killed_worker_loses_no_finished_task(tmp_path, monkeypatch):
     with pytest.raises(ExecutorError, match="re-run the same command"):
         run_sweep(p, tmp_path / "out", Execution("process", 1))
     saved = sorted((tmp_path / "out" / "tasks").glob("*.json"))
+    kept = saved_replications(tmp_path / "out")
     assert saved and not any(f.name.startswith("c00001") for f in saved)
     assert not list((tmp_path / "out").glob("sweep*"))  # no aggregate from a partial experiment
     for f in saved:
         json.loads(f.read_text())  # every saved file is whole
     monkeypatch.setattr(executors, "run_task", run_task)
     meta = run_sweep(p, tmp_path / "out", Execution("serial"))
-    assert meta["reused_replications"] == len(saved)
+    assert meta["reused_replications"] == len(kept)
     run_sweep(p, tmp_path / "clean", Execution("serial"))
     assert files(tmp_path / "out") == files(tmp_path / "clean")
 
@@ -226,10 +226,13 @@ def test_rerun_skips_what_is_done_and_more_replications_extend_the_experiment(tm
     run_sweep(plan(replications=4), tmp_path / "direct", Execution("serial"))
     assert files(out) == files(tmp_path / "direct")
     lost = sorted((out / "tasks").glob("*.json"))[::3]
+    count = len(saved_replications(out))
     for f in lost:
         f.unlink()
+    left = len(saved_replications(out))
+    assert 0 < left < count
     meta = run_sweep(plan(replications=4), out, Execution("serial"))
-    assert meta["reused_replications"] == 16 - len(lost)
+    assert meta["reused_replications"] == left
     assert files(out) == files(tmp_path / "direct")
 
 
@@ -248,25 +251,9 @@ def test_a_different_experiment_in_the_same_directory_is_refused(tmp_path, capsy
     assert (other / "notes.txt").read_text() == "mine"
 
 
-SLOW = """
-name = "slowish"
-seed = 9
-[data]
-owners = 3
-records = 300
-features = 3
-generator = "correlated"
-[model]
-intercept = true
-[learner]
-iterations = 1500
-rho = 3.0
-[network]
-mode = "request"  # the SimPy engine schedules each replication: slow enough to interrupt
-[output]
-metric_points = 5
-plots = false
-"""
+# request mode, 1500 iterations: slow enough to interrupt
+SLOW = tiny(name="slowish", seed=9, learner={"iterations": 1500}, network={"mode": "request"},
+            output={"metric_points": 5, "plots": False})
 
 
 EPSILONS = "1,2,5,10,20,50,100,200"
@@ -274,16 +261,14 @@ EPSILONS = "1,2,5,10,20,50,100,200"
 
 def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tmp_path):
     path = tmp_path / "slow.toml"
-    path.write_text(SLOW)
+    path.write_text(SLOW.to_toml())
     # eight cells of 16: replayed, a task is a whole cell, so the interrupt finds tasks still queued
     args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", f"privacy.epsilon={EPSILONS}",
             "--replications", "16", "--executor", "process", "--workers", "2", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-    deadline = time.monotonic() + 60
-    while not list((out / "tasks").glob("c*.json")) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")))
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -296,9 +281,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     done = subprocess.run([*args, "--out", str(out)], capture_output=True, text=True, env=env,
                           timeout=120)
     assert done.returncode == 0, done.stderr
-    clean = make_plan("sweep", tiny(name="slowish", seed=9, learner={"iterations": 1500},
-                                    network={"mode": "request"}, output={"metric_points": 5, "plots": False}),
-                      [f"privacy.epsilon={EPSILONS}"], 16, "t")
+    clean = make_plan("sweep", SLOW, [f"privacy.epsilon={EPSILONS}"], 16, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")
     assert json.loads((out / "sweep.json").read_text())["reused_replications"] >= len(saved)
@@ -329,11 +312,12 @@ def test_sweep_statistics_are_numpys_on_the_saved_replications(tmp_path):
     assert list(rows[0]) == ["cell", "privacy.epsilon", "data.records", "replications", "owners",
                              "records", "epsilon_harmonic", "psi_mean", "psi_median", "psi_q25",
                              "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
-                             "benefit_share_mean", "forecast"]
+                             "benefit_share_mean", "forecast", "mechanism", "accountant", "delta"]
+    assert {(r["mechanism"], r["accountant"], r["delta"]) for r in rows} == {("laplace", "basic", "0.0")}
     eps_all, n_all, mean_all = [], [], []
+    saved = saved_replications(out)
     for cell, row in zip(p.cells, rows, strict=True):
-        recs = [json.loads((out / "tasks" / f"c{cell.index:05d}-r{r:05d}.json").read_text())
-                for r in range(7)]
+        recs = [saved[cell.index, r] for r in range(7)]
         psi = np.array([r["psi_final"] for r in recs])
         own = np.array(recs[0]["owners"]["own_psi"])
         eps = np.array([0.5, 2.0, cell.values[0]])
@@ -410,7 +394,7 @@ def test_an_error_inside_a_task_reaches_the_caller_as_itself(tmp_path, monkeypat
     monkeypatch.setattr(executors, "run_task", failing_task)
     with pytest.raises(ScenarioError, match="network.availability"):
         run_sweep(plan(replications=2), tmp_path / "out", Execution("process", 2))
-    assert len(list((tmp_path / "out" / "tasks").glob("*.json"))) == 3 * 2  # the other cells' work
+    assert len(saved_replications(tmp_path / "out")) == 3 * 2  # the other cells' work
 
 
 def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
@@ -452,7 +436,7 @@ def test_an_interrupt_while_drawing_publishes_nothing_and_resume_redraws(tmp_pat
     with pytest.raises(KeyboardInterrupt):
         run_sweep(p, out, Execution("serial"))
     assert sorted(f.name for f in out.iterdir()) == ["experiment.json", "tasks"]
-    assert len(list((out / "tasks").glob("*.json"))) == 4
+    assert len(saved_replications(out)) == 4
     monkeypatch.setattr(sweep_plots, "draw_sweep", real)
     assert run_sweep(p, out, Execution("serial"))["reused_replications"] == 4
     before = published(out)

@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TOML
+from helpers import tiny_toml
 
 from dpmarket import files
 
-TINY = TINY_TOML.format(plots="false")
+TINY = tiny_toml()
 
 
 def _modes(root: Path) -> set[tuple[str, int]]:

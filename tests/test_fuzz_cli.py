@@ -11,7 +11,7 @@ from __future__ import annotations
 import tomllib
 
 import pytest
-from helpers import TINY_TOML
+from helpers import tiny_toml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -38,7 +38,7 @@ FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz") / "s.toml"
-    path.write_text(TINY_TOML.format(plots="false") + '[[owners]]\nname = "a"\n[[owners]]\nname = "b"\n')
+    path.write_text(tiny_toml() + '[[owners]]\nname = "a"\n[[owners]]\nname = "b"\n')
     return path
 
 

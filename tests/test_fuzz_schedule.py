@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
+from helpers import EVERY_LEVER
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -95,11 +96,6 @@ def test_random_schedules_finish_within_budgets(table):
     assert counts["refusal"] <= len(result.owners)
 
 
-MARKET = {"price": 1.0, "value": 10.0, "offer_epsilon": 2.0, "budget": 5.0, "winners": 2,
-          "price_per_record": 0.01, "epsilon_min": 0.5, "epsilon_max": 20.0,
-          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
-
-
 COEFS = st.lists(st.sampled_from([0.05, 0.2, 0.5, 2.0, 10.0]), min_size=2, max_size=5)
 
 
@@ -108,7 +104,7 @@ def test_markets_where_owners_decline_run_and_tabulate_every_owner(policy, coefs
     network = {"mode": mode, **({"transmission_time": 1e-3} if mode == "request" else {})}
     table = {"name": "fuzz", "seed": seed, "data": {"owners": len(coefs), "records": 60, "features": 2},
              "learner": {"iterations": 30, "rho": 1.0}, "network": network,
-             "owners": [{"cost_coef": c} for c in coefs], "market": {**MARKET, "policy": policy},
+             "owners": [{"cost_coef": c} for c in coefs], "market": {**EVERY_LEVER, "policy": policy},
              "output": {"metric_points": 5, "plots": False}}
     scenario = validate(table, "fuzz")
     try:

@@ -83,8 +83,9 @@ def test_the_circle_check_finds_a_circle():
     assert any({"dpmarket.run", "dpmarket.market.calibration"} <= set(c) for c in _circles(graph))
 
 
-COMPUTATION = ["dpmarket.run", "dpmarket.replay", "dpmarket.schedule", "dpmarket.inline",
-               "dpmarket.market.calibration", "dpmarket.sim.engine", "dpmarket.experiment.task"]
+COMPUTATION = ["dpmarket.run", "dpmarket.replay", "dpmarket.schedule", "dpmarket.tape", "dpmarket.inline",
+               "dpmarket.replications", "dpmarket.market.calibration", "dpmarket.sim.engine",
+               "dpmarket.experiment.task"]
 
 
 @pytest.mark.parametrize("layer", COMPUTATION)

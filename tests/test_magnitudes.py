@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import TINY_TOML, tiny
+from helpers import tiny, tiny_toml
 
 from dpmarket.cli import main
 from dpmarket.cohort import build_owners
@@ -26,7 +26,7 @@ from dpmarket.problem import prepare
 from dpmarket.run import execute
 from dpmarket.scenario import validate
 
-TINY = TINY_TOML.format(plots="false")
+TINY = tiny_toml()
 
 
 def _cli(tmp_path: Path, text: str, *overrides: str, capsys) -> str:

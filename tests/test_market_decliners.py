@@ -14,18 +14,15 @@ import pytest
 from dpmarket.cli import main
 from dpmarket.roster import Roster
 from dpmarket.scenario import POLICIES
-from tests.helpers import tiny
+from tests.helpers import EVERY_LEVER, tiny
 
 # Four owners from privacy-indifferent (c = 0.05) to very averse (c = 10), a budget of 5 and
 # constant forecast terms (no pilots): each policy leaves one to three of them out.
-MARKET = {"price": 1.0, "value": 10.0, "offer_epsilon": 2.0, "budget": 5.0, "winners": 2,
-          "price_per_record": 0.01, "epsilon_min": 0.5, "epsilon_max": 20.0,
-          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
 OWNERS = [{"cost_coef": 0.05}, {"cost_coef": 0.5}, {"cost_coef": 10.0}, {"cost_coef": 0.2}]
 
 
 def scenario_file(tmp_path: Path, policy: str, **sections) -> Path:
-    s = tiny(market={**MARKET, "policy": policy}, owners=OWNERS, data={"owners": 4}, **sections)
+    s = tiny(market={**EVERY_LEVER, "policy": policy}, owners=OWNERS, data={"owners": 4}, **sections)
     path = tmp_path / f"{policy}.toml"
     path.write_text(s.to_toml(), encoding="utf-8")
     return path
@@ -107,7 +104,7 @@ def test_a_network_run_with_decliners_writes_uniform_owner_rows(tmp_path):
     network = {"mode": "request", "transmission_time": 0.01,
                "dropout": {"mean_online": 5.0, "mean_offline": 1.0}}
     owners = [{"cost_coef": 10.0}, {"cost_coef": 0.05}, {"cost_coef": 0.5}, {"cost_coef": 0.2}]
-    s = tiny(market={**MARKET, "policy": "auction"}, owners=owners, data={"owners": 4}, network=network)
+    s = tiny(market={**EVERY_LEVER, "policy": "auction"}, owners=owners, data={"owners": 4}, network=network)
     path = tmp_path / "net.toml"
     path.write_text(s.to_toml(), encoding="utf-8")
     cli("run", path, "--out", tmp_path / "net")

@@ -16,12 +16,10 @@ from dpmarket.errors import ScenarioError
 from dpmarket.market import calibration, compare
 from dpmarket.market.forecast import Forecast, calibrate
 from dpmarket.output.summary import owner_rows, summary
-from tests.helpers import tiny
+from tests.helpers import MARKET as POSTED_PRICE
+from tests.helpers import budgeted_market_toml, tiny
 
-FORECAST = {"c0": 0.01, "c1": 0.0, "c2": 2e4}
-MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "offer_epsilon": 2.0,
-          "epsilon_min": 0.5, "epsilon_max": 20.0, "costs": {"kind": "quadratic", "coef": 0.5},
-          "forecast": FORECAST}
+MARKET = {**POSTED_PRICE, "offer_epsilon": 2.0}
 
 
 def market_scenario(owners: list | None = None, **market):
@@ -241,28 +239,7 @@ def test_the_comparison_shares_seeds_and_matches_single_runs():
 
 # --- commands ------------------------------------------------------------------------------------
 
-SCENARIO = """
-name = "tinymarket"
-seed = 5
-[data]
-owners = 3
-records = 300
-features = 3
-[learner]
-iterations = 60
-rho = 3.0
-[output]
-plots = false
-[market]
-policy = "posted_price"
-price = 1.0
-value = 10.0
-budget = 3.0
-offer_epsilon = 2.0
-epsilon_min = 0.5
-costs = { kind = "quadratic", coef = 0.5, distribution = "lognormal", sigma = 0.5 }
-forecast = { c0 = 0.01, c1 = 0.0, c2 = 2e4 }
-"""
+SCENARIO = budgeted_market_toml()
 
 
 def test_market_command_writes_the_comparison(tmp_path, capsys):

@@ -5,6 +5,7 @@ wait polls for what it waits for."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -13,11 +14,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from helpers import TINY_TOML
+from helpers import tiny_toml, wait_for
 
 from dpmarket import files
 from dpmarket.cli import main
@@ -27,12 +27,20 @@ from dpmarket.output import results
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
-TINY = TINY_TOML.format(plots="false")
-SLOW = TINY.replace("records = 300", "records = 3000").replace("iterations = 80", "iterations = 200000")
-# many short replications: a sweep interrupted now stops soon after (running tasks finish first)
-MANY = ("--grid", "privacy.epsilon=1,10", "--replications", "64", "--quiet")
+TINY = tiny_toml()
+# 300 short tasks (a replayed task is a whole cell of 32 replications, about 0.1 s): far from done
+# when it is stopped, whatever the load, and it stops soon after (running tasks finish first).
+# Two cells of 64 were two tasks, done about when the first file appeared: a signal sent then
+# could find the sweep finished.
+MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, 301)), "--replications", "32",
+        "--quiet")
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
+
+
+def slow(plots: bool = False) -> str:
+    """TINY with 3000 records an owner and 200000 iterations: still running when it is stopped."""
+    return tiny_toml(data={"records": 3000}, learner={"iterations": 200000}, output={"plots": plots})
 
 
 def write(tmp_path: Path, text: str = TINY, name: str = "s.toml") -> Path:
@@ -51,17 +59,6 @@ def cli(*args: str, **options) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, **options)
 
 
-def wait_for(condition, timeout: float = 60.0):
-    """Poll ``condition`` until it returns something true (returned), or fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.02)
-    raise AssertionError(f"still waiting after {timeout} s")
-
-
 def hidden(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.name.startswith("."))
 
@@ -71,16 +68,20 @@ def staging_of(parent: Path, name: str) -> list[Path]:
 
 
 def children(pid: int) -> list[int]:
-    """The child processes of ``pid`` (any of its threads may have started them)."""
-    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-            for c in (task / "children").read_text().split()]
+    """The child processes of ``pid`` (any of its threads may have started them; a thread that
+    ends while they are read had none left)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 def running(pid: int) -> bool:
     """Alive and not a zombie (a dead child waits for its new parent to reap it)."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
 
 
@@ -98,47 +99,65 @@ def one_line(err: str) -> str:
 # ------------------------------------------------------------------ damaged saved work (issue 13.3)
 
 
-def sweep_args(path: Path, out: Path, *extra: str) -> list[str]:
-    return ["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--replications", "3",
+def sweep_args(path: Path, out: Path, *extra: str, grid: str = "privacy.epsilon=1,10") -> list[str]:
+    return ["sweep", str(path), "--grid", grid, "--replications", "3",
             "--executor", "serial", "--quiet", "--out", str(out), *extra]
 
 
-def test_damaged_saved_replications_are_recomputed_with_one_warning_each(tmp_path, capsys):
+SIX = "privacy.epsilon=1,2,3,10,30,100"  # six cells: six saved tasks of three replications
+
+
+def test_damaged_saved_tasks_are_recomputed_with_one_warning_each(tmp_path, capsys):
     path, out = write(tmp_path), tmp_path / "out"
-    assert main(sweep_args(path, out)) == 0
+    assert main(sweep_args(path, out, grid=SIX)) == 0
     tables = {n: (out / n).read_bytes() for n in ("sweep.csv", "sweep_owners.csv")}
     tasks = sorted((out / "tasks").glob("*.json"))
+    assert [t.name for t in tasks] == [f"c{c:05d}-r00000-00002.json" for c in range(6)]
     whole = tasks[0].read_bytes()
     tasks[0].write_bytes(whole[: len(whole) // 2])  # truncated
     tasks[1].write_bytes(b"")  # empty
-    tasks[2].write_text("[]")  # not a record
-    record = json.loads(tasks[3].read_text())
-    record["owners"]["epsilon"].pop()  # the shape of a record, but its owner lists disagree
-    tasks[3].write_text(json.dumps(record))
+    tasks[2].write_text("[]")  # not a task
+    task = json.loads(tasks[3].read_text())
+    task["records"][1]["owners"]["epsilon"].pop()  # the shape of a task, but an owner list disagrees
+    tasks[3].write_text(json.dumps(task))
     tasks[4].write_bytes(b"\xff\xfe\x00garbage")  # not text
     capsys.readouterr()
-    assert main(sweep_args(path, out)) == 0
+    assert main(sweep_args(path, out, grid=SIX)) == 0
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 5, err
     for line, task in zip(err, tasks, strict=False):
         assert line.startswith(f"dpmarket: warning: {task}: damaged (") and line.endswith("); recomputing it")
-    assert "empty file" in err[1] and "truncated?" in err[0] and "owners" in err[3]
+    assert "empty file" in err[1] and "truncated?" in err[0] and "records.1.owners" in err[3]
     assert {n: (out / n).read_bytes() for n in tables} == tables  # the bytes of the first run
-    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 1
-    assert main(sweep_args(path, out)) == 0 and capsys.readouterr().err == ""  # warned once
+    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 3
+    assert main(sweep_args(path, out, grid=SIX)) == 0 and capsys.readouterr().err == ""  # warned once
 
 
-def test_a_saved_replication_under_another_name_is_refused(tmp_path, capsys):
+def test_saved_work_of_older_versions_one_file_per_replication_is_resumed(tmp_path, capsys):
+    path, out = write(tmp_path), tmp_path / "out"
+    assert main(sweep_args(path, out)) == 0
+    tables = {n: (out / n).read_bytes() for n in ("sweep.csv", "sweep_owners.csv")}
+    first = sorted((out / "tasks").glob("*.json"))[0]
+    for record in json.loads(first.read_text())["records"]:
+        name = f"c{record['cell']:05d}-r{record['replication']:05d}.json"
+        (out / "tasks" / name).write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    first.unlink()
+    assert main(sweep_args(path, out)) == 0 and capsys.readouterr().err == ""
+    assert json.loads((out / "sweep.json").read_text())["reused_replications"] == 6
+    assert {n: (out / n).read_bytes() for n in tables} == tables
+
+
+def test_a_saved_task_under_another_name_is_refused(tmp_path, capsys):
     path, out = write(tmp_path), tmp_path / "out"
     assert main(sweep_args(path, out)) == 0
     tasks = sorted((out / "tasks").glob("*.json"))
-    shutil.copy(tasks[0], tasks[1])  # a whole record of replication 0 named as replication 1
+    shutil.copy(tasks[0], tasks[1])  # cell 0's whole task named as cell 1's
     before = contents(out)
     capsys.readouterr()
     assert main(sweep_args(path, out)) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"dpmarket: error: {tasks[1]}: holds cell 0, replication 0, seed ")
-    assert "not this experiment's cell 0, replication 1" in line and contents(out) == before
+    assert "not this experiment's cell 1, replication 0" in line and contents(out) == before
 
 
 def test_a_damaged_experiment_json_is_refused_if_work_is_saved_else_written_anew(tmp_path, capsys):
@@ -151,7 +170,7 @@ def test_a_damaged_experiment_json_is_refused_if_work_is_saved_else_written_anew
     assert main(sweep_args(path, out)) == 2
     line = one_line(capsys.readouterr().err)
     assert line.startswith(f"dpmarket: error: {out / 'experiment.json'}: damaged (not JSON (")
-    assert "6 saved" in line
+    assert "2 saved tasks" in line
     assert "cannot be rebuilt" in line and contents(out) == before
     fresh = tmp_path / "fresh"
     (fresh / "tasks").mkdir(parents=True)
@@ -190,7 +209,7 @@ def test_a_grid_cell_naming_a_missing_file_fails_before_any_work(tmp_path, monke
 @LINUX
 def test_a_killed_runs_staging_directory_is_removed_by_the_next_run_and_nothing_else(tmp_path):
     out = tmp_path / "run"
-    proc = start("run", write(tmp_path, SLOW, "slow.toml"), "--out", out, "--quiet")
+    proc = start("run", write(tmp_path, slow(), "slow.toml"), "--out", out, "--quiet")
     left = wait_for(lambda: staging_of(tmp_path, "run"))
     proc.kill()  # SIGKILL: no handler runs, the staging directory stays
     proc.communicate(timeout=30)
@@ -209,10 +228,10 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
     """The figure painter of ``run`` and the pool workers of ``sweep`` end when their parent is
     killed outright (SIGKILL, which no handler sees)."""
     if command == "run":
-        args = ["run", write(tmp_path, SLOW.replace("plots = false", "plots = true")), "--quiet"]
+        args = ["run", write(tmp_path, slow(plots=True)), "--quiet"]
         expected = 1
     else:
-        args = ["sweep", write(tmp_path, SLOW), "--grid", "privacy.epsilon=1,10", "--replications", "4",
+        args = ["sweep", write(tmp_path, slow()), "--grid", "privacy.epsilon=1,10", "--replications", "4",
                 "--executor", "process", "--workers", "2", "--quiet"]
         expected = 2
     proc = start(*args, "--out", tmp_path / "out")
@@ -220,7 +239,7 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
     assert all(running(pid) for pid in helpers)
     proc.kill()
     proc.communicate(timeout=30)
-    wait_for(lambda: not any(running(pid) for pid in helpers), timeout=10)
+    wait_for(lambda: not any(running(pid) for pid in helpers))
 
 
 @LINUX
@@ -228,7 +247,7 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
 def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, sig, status):
     """Sent to the whole process group, as a terminal (Ctrl-C) or a batch system does: the figure
     painter prints no traceback of its own; no staging directory, lock or run directory stays."""
-    path = write(tmp_path, SLOW.replace("plots = false", "plots = true"))
+    path = write(tmp_path, slow(plots=True))
     proc = start("run", path, "--out", tmp_path / "run", "--quiet", start_new_session=True)
     # Training has begun once events.csv is being written. (Earlier, a Ctrl-C landing while numpy
     # first imports numpy.random is lost inside that import: numpy's, not ours to fix.)
@@ -273,8 +292,7 @@ def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
 @LINUX
 def test_a_second_writer_into_the_same_directory_is_refused_with_one_line(tmp_path):
     out = tmp_path / "out"
-    args = ["sweep", write(tmp_path), "--grid", "privacy.epsilon=1,10", "--replications", "2000", "--quiet",
-            "--executor", "process", "--workers", "1", "--out", out]  # still running when the second comes
+    args = ["sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "1", "--out", out]
     first = start(*args)
     wait_for(lambda: (out / "tasks").is_dir())
     second = cli(*args)

@@ -8,8 +8,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
-from helpers import tiny
-from test_market_run import SCENARIO as MARKET_SCENARIO
+from helpers import budgeted_market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
@@ -76,7 +75,7 @@ def test_timeline_counts_tick_events_in_a_network_run(tmp_path):
 
 def test_market_table_names_both_surpluses_and_leaves_sd_blank_for_one_run(tmp_path, capsys):
     path = tmp_path / "m.toml"
-    path.write_text(MARKET_SCENARIO)
+    path.write_text(budgeted_market_toml())
     assert main(["market", str(path), "--policies", "posted_price", "--out", str(tmp_path / "m")]) == 0
     header, line = capsys.readouterr().out.splitlines()[:2]
     assert "surplus fcst" in header and "surplus sim" in header and "nan" not in line

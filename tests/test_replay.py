@@ -27,8 +27,9 @@ from dpmarket.market.stage import settle_market
 from dpmarket.problem import prepare
 from dpmarket.replications import run_cell
 from dpmarket.schedule import capacities, log_tape, network_tape
+from dpmarket.tape import CHUNK
 from dpmarket.training import record_points
-from tests.helpers import tiny
+from tests.helpers import saved_replications, tiny
 
 RELATIVE = 1e-12
 SEEDS = (11, 12, 13, 14)
@@ -134,17 +135,18 @@ def replayed_events(scenario, prepared, market, cell, r: int, path: Path) -> Non
         assert np.array_equal(tape.owner, cell.tapes[r].owner)
 
 
-def mismatches(case: str, tmp_path: Path) -> list[str]:
-    """Where the replay of ``SEEDS`` differs from the inline runs (empty when they agree)."""
+def mismatches(case: str, tmp_path: Path, size: int = CHUNK) -> list[str]:
+    """Where the replay of ``SEEDS`` (tapes in chunks of ``size`` updates) differs from the inline
+    runs (empty when they agree)."""
     tmp_path.mkdir(exist_ok=True)
     scenario, prepared, market = setup(case)
-    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market))
-    index = {k: i for i, k in enumerate(cell.replayed.at)}
+    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market), keep=True,
+                    size=size)
     found = []
     for r, seed in enumerate(SEEDS):
         run, metrics, models = inline(scenario, prepared, market, seed, tmp_path / f"inline-{r}.csv")
         ours = cell.metrics[r]
-        batched = cell.replayed.models[[index[k] for k in ours.k], r]
+        batched = np.array([cell.model(r, k) for k in ours.k])
         if ours.k != metrics.k or ours.time != metrics.time:
             found.append(f"seed {seed}: recorded k or times differ")
         elif not np.allclose(batched, models, rtol=RELATIVE, atol=RELATIVE * np.max(np.abs(models))):
@@ -166,7 +168,7 @@ def test_replay_gives_the_inline_runs(case, tmp_path):
     assert mismatches(case, tmp_path) == []
 
 
-RIGHT_DRAW, RIGHT_TAPES = replay_module.Noise._draw, schedule_module.ideal_tapes
+RIGHT_DRAW, RIGHT_TIMES = replay_module.Noise._draw, schedule_module.IdealSchedules._times
 RIGHT_OF, RIGHT_EVERY = replay_module.Answers.of, replay_module.Answers.every
 RIGHT_QUERY, RIGHT_APPLY = schedule_module.Recorder.query, schedule_module.Recorder.apply
 
@@ -174,7 +176,7 @@ RIGHT_QUERY, RIGHT_APPLY = schedule_module.Recorder.query, schedule_module.Recor
 def shifted_noise(self, r, slot, count):
     """A wrong kernel: the j-th answer carries its owner's (j+1)-th draw (answer index off by one)."""
     if self.drawn[r, slot] == 0 and count:
-        self.kinds[slot].standard(self.gens[r][slot], 1, self.dim)
+        self.kinds[slot].standard(self.stream(r, slot), 1, self.dim)
     return RIGHT_DRAW(self, r, slot, count)
 
 
@@ -190,14 +192,11 @@ def wrong_every(self, thetas):
     return out
 
 
-def late_times(*args, **kwargs):
+def late_times(self, rows, waits):
     """A wrong schedule: every exchange stamped with the previous tick's time."""
-    late = []
-    for tape in RIGHT_TAPES(*args, **kwargs):
-        time = np.r_[0.0, tape.time[:-1]] if len(tape.time) else tape.time
-        late.append(schedule_module.Tape(tape.owner, time, tape.answer, tape.leaves, tape.stop_reason,
-                                         tape.rounds))
-    return late
+    last = self.last[rows].copy()
+    times = RIGHT_TIMES(self, rows, waits)
+    return np.concatenate((last[:, None], times[:, :-1]), axis=1) if times.shape[1] else times
 
 
 def test_some_network_updates_use_query_points_older_than_the_last_update():
@@ -205,7 +204,7 @@ def test_some_network_updates_use_query_points_older_than_the_last_update():
     replay then needs θ_L as it was when each query was sent (its ring of recent θ_L)."""
     for case in STALE:
         scenario, prepared, market = setup(case)
-        cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market))
+        cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market), keep=True)
         assert max(t.staleness for t in cell.tapes) > 0, case
 
 
@@ -231,7 +230,7 @@ def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monk
     assert any("θ differs" in m for m in mismatches(case, tmp_path / "owner"))
     monkeypatch.undo()
     if CASES[case].get("network", {}).get("mode", "ideal") == "ideal":
-        monkeypatch.setattr("dpmarket.replications.ideal_tapes", late_times)
+        monkeypatch.setattr(schedule_module.IdealSchedules, "_times", late_times)
     else:
         monkeypatch.setattr(schedule_module.Recorder, "query", noting_query)
         monkeypatch.setattr(schedule_module.Recorder, "apply", early_apply)
@@ -244,21 +243,21 @@ def test_the_comparison_fails_on_a_wrong_kernel_or_schedule(case, tmp_path, monk
 
 def test_the_replay_refuses_a_tape_with_an_answer_beyond_a_ledger_or_out_of_order():
     scenario, prepared, _ = setup("squared_all_exhausted")  # m_i = 5 answers, then every owner leaves
-    cell = run_cell(scenario, SEEDS[:1], prepared.consortium, prepared.objective)
+    cell = run_cell(scenario, SEEDS[:1], prepared.consortium, prepared.objective, keep=True)
     tape = cell.tapes[0]
     assert tape.answers_per_owner(3).tolist() == [5, 5, 5] == capacities(cell.owners).tolist()
-    learner = cell.replayed.batch.c
+    learner = cell.replayed[0].batch.c
     owners = cell.owners
     extra = schedule_module.Tape(np.r_[tape.owner, 0], np.r_[tape.time, tape.time[-1] + 1.0],
                                  np.r_[tape.answer, 5], (), "iterations", False)
     with pytest.raises(RuntimeError, match="refused answers are never applied"):
-        replay_module.replay(learner, owners, [extra], SEEDS[:1], capacities(owners), [0])
+        replay_module.replay(learner, owners, [extra.chunks()], SEEDS[:1], capacities(owners), [0])
     swapped = tape.answer.copy()
     first = np.flatnonzero(tape.owner == 0)[:2]
     swapped[first] = swapped[first[::-1]]
     disorder = schedule_module.Tape(tape.owner, tape.time, swapped, (), "iterations", False)
     with pytest.raises(RuntimeError, match="out of order"):
-        replay_module.replay(learner, owners, [disorder], SEEDS[:1], capacities(owners), [0])
+        replay_module.replay(learner, owners, [disorder.chunks()], SEEDS[:1], capacities(owners), [0])
     with pytest.raises(RuntimeError, match="ledger refuses"):  # writing its events pays from the ledgers
         log_tape(extra, build_owners(scenario, prepared.consortium, prepared.objective), EventLog(None))
 
@@ -289,7 +288,7 @@ def test_random_schedules_replay_as_the_inline_runs(table):
     seed = table.pop("seed")
     scenario = pin_data_seed(tiny(**table))
     prepared = prepare(scenario)
-    cell = run_cell(scenario, (seed,), prepared.consortium, prepared.objective)
+    cell = run_cell(scenario, (seed,), prepared.consortium, prepared.objective, keep=True)
     tape = cell.tapes[0]
     assert np.all(tape.answers_per_owner(len(cell.owners)) <= capacities(cell.owners))
     with tempfile.TemporaryDirectory() as tmp:
@@ -303,10 +302,11 @@ def test_random_schedules_replay_as_the_inline_runs(table):
 # -- experiments: the same bytes whether replayed or simulated, on any executor ---------------------
 
 
-def experiment_files(directory: Path) -> dict[str, bytes]:
-    """Every saved replication and result table of an experiment directory."""
-    names = [*sorted((directory / "tasks").glob("*.json")), *sorted(directory.glob("*.csv"))]
-    return {p.name: p.read_bytes() for p in names}
+def experiment_files(directory: Path) -> dict:
+    """Every saved replication (whichever task saved it) and result table of an experiment directory."""
+    saved = {f"replication {key}": json.dumps(record, sort_keys=True)
+             for key, record in saved_replications(directory).items()}
+    return {**saved, **{p.name: p.read_bytes() for p in sorted(directory.glob("*.csv"))}}
 
 
 @pytest.mark.parametrize("kind", ["sweep", "replications"])
@@ -328,7 +328,7 @@ def test_experiments_are_byte_identical_replayed_or_simulated(kind, tmp_path, mo
     inline = experiment_files(tmp_path / "inline")
     assert len(inline) == 5 * len(plan.cells) + (2 if kind == "sweep" else 3)
     assert experiment_files(tmp_path / "serial") == inline == experiment_files(tmp_path / "process")
-    records = [json.loads(b) for n, b in inline.items() if n.endswith(".json")]
+    records = [json.loads(b) for n, b in inline.items() if n.startswith("replication ")]
     assert any(r["refusals"] > 0 and r["stop_reason"] == "iterations" for r in records)
     monkeypatch.setattr(replay_module.Noise, "_draw", shifted_noise)
     run(plan, tmp_path / "wrong", study.Execution("serial"))

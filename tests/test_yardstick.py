@@ -18,7 +18,7 @@ from dpmarket.output import plots
 from dpmarket.output.results import figure_data, run_and_write
 from dpmarket.output.summary import summary
 from dpmarket.run import execute
-from tests.helpers import tiny
+from tests.helpers import MARKET, tiny
 
 # ρ = 1 and T = 300 keep the tiny owners' copies stable (no curvature warning); only ε then
 # decides whether training beats θ = 0: at ε = 1000 it does, at ε = 0.01 the noise wins.
@@ -64,10 +64,7 @@ def test_psi_zero_is_f_of_zero_over_f_star_computed_from_the_records(tmp_path):
 
 def test_market_runs_measure_psi_zero_against_the_whole_consortium(tmp_path):
     """Owner 2 declines; ψ(0) is still f(0)/f(θ*) − 1 of all three owners' data (Σy² = Σ_i c_i)."""
-    market = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5,
-              "epsilon_max": 20.0, "costs": {"kind": "quadratic", "coef": 0.5},
-              "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
-    result = execute(tiny(market=market, owners=[{}, {}, {"cost_coef": 10.0}]))
+    result = execute(tiny(market=MARKET, owners=[{}, {}, {"cost_coef": 10.0}]))
     assert result.market.outcome.participates.tolist() == [True, True, False]
     info = summary(result)
     data = result.consortium.owners

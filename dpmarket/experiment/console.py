@@ -30,7 +30,7 @@ def sweep_text(out: Path, meta: dict, figures: list[Path]) -> str:
     return "\n".join([
         f"sweep         {meta['scenario']}: {meta['cells']} cells x {meta['replications']} replications "
         f"(seed {meta['seed']}, data seed {meta['data_seed']}; {meta['reused_replications']} reused)",
-        *lines, fit_line, _figures_line(figures),
+        *lines, *_privacy_lines(meta.get("privacy", [])), fit_line, _figures_line(figures),
         f"time          {meta['wall_seconds']:.2f} s wall on {_where(meta)}",
         f"written to    {out}"])
 
@@ -45,10 +45,23 @@ def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
         f"  mean {s['psi_mean']:.4g}  (untrained θ = 0: {s['psi_zero']:.4g})",
         f"own-data psi  first owner {s['own_psi_first']:.4g}, median {s['own_psi_median']:.4g}; "
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
+        f"privacy       {_guarantee_text(s)}",
         f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",
         _figures_line(figures),
         f"time          {s['wall_seconds']:.2f} s wall on {_where(s)}",
         f"written to    {out}"])
+
+
+def _guarantee_text(facts: dict) -> str:
+    """The guarantee (:func:`dpmarket.privacy.guarantee`) with its δ when there is one."""
+    return facts["guarantee"] + (f"; δ = {facts['delta']:g}" if facts["delta"] else "")
+
+
+def _privacy_lines(guarantees: list[dict]) -> list[str]:
+    """The sweep's guarantee, or one line per distinct guarantee with the cells it covers."""
+    if len(guarantees) == 1:
+        return [f"privacy       {_guarantee_text(guarantees[0])}"]
+    return [f"privacy       cells {','.join(map(str, g['cells']))}: {_guarantee_text(g)}" for g in guarantees]
 
 
 def _figures_line(figures: list[Path]) -> str:

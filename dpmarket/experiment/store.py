@@ -5,7 +5,9 @@ completes rather than staged and renamed like a single run's (:func:`dpmarket.di
 
 - ``experiment.json`` — what the experiment is (kind, resolved base scenario, grid). Re-running
   into the same directory continues that experiment; a different one is refused with one line.
-- ``tasks/c00003-r00042.json`` — one finished replication, written when its task finishes.
+- ``tasks/c00003-r00040-00047.json`` — one finished task: cell 3's replications 40…47, written when
+  the task finishes (a task is a cell's block of consecutive replications). Saved work of older
+  versions, one replication per file (``c00003-r00042.json``), is read too.
 - the aggregate tables, figures and report.html, written last and published together
   (:func:`dpmarket.experiment.publish.published`).
 
@@ -16,8 +18,9 @@ with ``os.replace``, so a reader (or a resumed run) sees a complete file or none
 from __future__ import annotations
 
 import json
+import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
@@ -28,6 +31,7 @@ from dpmarket.files import first_difference
 
 IDENTITY = "experiment.json"
 TASKS = "tasks"
+TASK_NAME = re.compile(r"c(\d{5})-r(\d{5})(?:-(\d{5}))?\.json")  # a task's cell and replications
 
 
 class ExperimentDirectoryError(RunDirectoryError):
@@ -102,14 +106,35 @@ class SavedReplication(_Strict):
     metrics: _Metrics | None = None
 
 
-def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
-    """(the record, "") if ``path`` holds a whole saved replication, else (None, what is wrong)."""
+class SavedTask(_Strict):
+    """The shape of a saved task: its cell, its replications in order and their records."""
+
+    cell: int
+    replications: list[int]
+    records: list[SavedReplication]
+
+    @model_validator(mode="after")
+    def _aligned(self) -> SavedTask:
+        if not self.records or [r.replication for r in self.records] != self.replications:
+            raise ValueError("records: not one per replication of the task, in order")
+        if any(r.cell != self.cell for r in self.records):
+            raise ValueError("records: of another cell than the task's")
+        return self
+
+
+def damage(path: Path, metrics: bool) -> tuple[list[dict] | None, str]:
+    """(the records, "") if ``path`` holds a whole saved task (or, as older versions saved them, one
+    replication), else (None, what is wrong)."""
     raw = path.read_bytes()
     if not raw.strip():
         return None, "empty file"
     try:
-        record = json.loads(raw)
-        checked = SavedReplication.model_validate(record)
+        document = json.loads(raw)
+        if isinstance(document, dict) and "records" in document:
+            records = document["records"]
+            checked = SavedTask.model_validate(document).records
+        else:
+            records, checked = [document], [SavedReplication.model_validate(document)]
     except UnicodeDecodeError:
         return None, "not UTF-8 text"
     except json.JSONDecodeError as exc:
@@ -118,9 +143,9 @@ def damage(path: Path, metrics: bool) -> tuple[dict | None, str]:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the record"
         return None, f"{where}: {first['msg']}"
-    if metrics and checked.metrics is None:
+    if metrics and any(c.metrics is None for c in checked):
         return None, "metrics: missing"
-    return record, ""
+    return records, ""
 
 
 def _not_json(exc: json.JSONDecodeError) -> str:
@@ -172,12 +197,13 @@ class Store:
                    (p.name.startswith(".") and p.name.endswith(".tmp")) for p in self.directory.iterdir())
 
     def saved(self) -> list[Path]:
-        """The saved replications' files."""
-        return sorted(self.tasks.glob("c*-r*.json")) if self.tasks.is_dir() else []
+        """The saved tasks' files."""
+        return sorted(p for p in self.tasks.glob("c*-r*.json") if TASK_NAME.fullmatch(p.name)) \
+            if self.tasks.is_dir() else []
 
     def _stored_identity(self, marker: Path) -> dict | None:
         """The identity on disk. A damaged one is rewritten if no replication is saved (nothing to
-        mix up), else refused: it alone says which experiment the saved replications belong to."""
+        mix up), else refused: it alone says which experiment the saved tasks belong to."""
         try:
             stored = json.loads(marker.read_bytes())
             if not isinstance(stored, dict) or "kind" not in stored:
@@ -189,39 +215,64 @@ class Store:
         if self.saved():
             raise ExperimentDirectoryError(
                 f"{marker}: damaged ({reason}); it records which experiment the {len(self.saved())} saved "
-                f"replications belong to and cannot be rebuilt: restore it, or remove {self.directory} "
-                f"or choose another --out to start afresh")
+                f"tasks belong to and cannot be rebuilt: restore it, or remove {self.directory} or choose "
+                f"another --out to start afresh")
         self.warn(f"{marker}: damaged ({reason}); no replication is saved yet, so it is written anew")
         marker.unlink()
         return None
 
-    def task_path(self, cell: int, replication: int) -> Path:
-        """Where replication ``replication`` of cell ``cell`` is saved."""
-        return self.tasks / f"c{cell:05d}-r{replication:05d}.json"
+    def task_path(self, cell: int, replications: Sequence[int]) -> Path:
+        """Where the task of cell ``cell``'s consecutive ``replications`` is saved."""
+        return self.tasks / f"c{cell:05d}-r{replications[0]:05d}-{replications[-1]:05d}.json"
 
-    def save(self, record: dict) -> None:
-        """Save one finished replication (atomically)."""
-        path = self.task_path(record["cell"], record["replication"])
-        write_text_atomic(path, json.dumps(record, separators=(",", ":")) + "\n")
+    def save(self, cell: int, replications: Sequence[int], records: list[dict]) -> None:
+        """Save one finished task (atomically): its records, one per replication, in order."""
+        if list(replications) != list(range(replications[0], replications[-1] + 1)):
+            raise ValueError(f"a task's replications must be consecutive, got {list(replications)}")
+        document = {"cell": cell, "replications": list(replications), "records": records}
+        text = json.dumps(document, separators=(",", ":")) + "\n"
+        write_text_atomic(self.task_path(cell, replications), text)
 
-    def load(self, cell: int, replication: int, seed: int) -> dict | None:
-        """The saved replication, or None if not done yet. A damaged file (truncated, empty, not
-        the shape of a record) is removed with one warning line, to be recomputed; a whole record
-        of another replication or seed is refused, as it means the directory was tampered with."""
-        path = self.task_path(cell, replication)
-        if not path.is_file():
-            return None
-        record, wrong = damage(path, self.metrics)
-        if record is None:
-            self.warn(f"{path}: damaged ({wrong}); recomputing it")
-            path.unlink()
-            return None
-        if (record["seed"], record["cell"], record["replication"]) != (seed, cell, replication):
-            raise CorruptTaskError(
-                f"{path}: holds cell {record['cell']}, replication {record['replication']}, seed "
-                f"{record['seed']}, not this experiment's cell {cell}, replication {replication}, seed "
-                f"{seed}; remove the file or choose another --out")
-        return record
+    def load(self, seeds: Sequence[int]) -> dict[tuple[int, int], dict]:
+        """Every saved replication of the first ``len(seeds)`` of each cell, by (cell, replication),
+        each file read once. A damaged file (truncated, empty, not the shape of a task) is removed
+        with one warning line, its replications to be recomputed; a whole file that holds other
+        replications or seeds than its name and this experiment say is refused, as it means the
+        directory was tampered with."""
+        found: dict[tuple[int, int], dict] = {}
+        for path in self.saved():
+            records, wrong = damage(path, self.metrics)
+            if records is None:
+                self.warn(f"{path}: damaged ({wrong}); recomputing it")
+                path.unlink()
+                continue
+            for record in self._belonging(path, records, seeds):
+                key = (record["cell"], record["replication"])
+                if key in found:
+                    raise CorruptTaskError(f"{path}: holds cell {key[0]}, replication {key[1]}, which "
+                                           "another saved task holds too; remove one or choose another --out")
+                found[key] = record
+        return found
+
+    @staticmethod
+    def _belonging(path: Path, records: list[dict], seeds: Sequence[int]) -> list[dict]:
+        """The records of ``path`` within the first ``len(seeds)`` replications, checked against the
+        file's name and the experiment's seeds."""
+        cell, first, last = TASK_NAME.fullmatch(path.name).groups()
+        named = list(range(int(first), int(first if last is None else last) + 1))
+        out = []
+        for i, record in enumerate(records):
+            replication = named[i] if i < len(named) else named[-1] + i
+            expected = seeds[replication] if replication < len(seeds) else record["seed"]
+            if (record["seed"], record["cell"], record["replication"]) != (expected, int(cell), replication) \
+                    or len(records) != len(named):
+                raise CorruptTaskError(
+                    f"{path}: holds cell {record['cell']}, replication {record['replication']}, seed "
+                    f"{record['seed']}, not this experiment's cell {int(cell)}, replication {replication}, "
+                    f"seed {expected}; remove the file or choose another --out")
+            if replication < len(seeds):
+                out.append(record)
+        return out
 
     def remove_if_empty(self) -> None:
         """Remove the directory if no replication was saved in it (nothing worth keeping)."""

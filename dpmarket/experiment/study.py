@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dpmarket import files, rng
+from dpmarket.cohort import check_budgets
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.experiment import publish, tables
 from dpmarket.experiment.executors import default_workers, run_tasks
@@ -58,8 +59,10 @@ def make_plan(kind: str, base: Scenario, grid: list[str], replications: int, sou
     if replications < 1:
         raise ScenarioError("--replications", "", _MISSING, f"must be at least 1, got {replications}")
     axes = parse_grid(grid)
-    return Plan(kind, base, axes, resolve_cells(base, axes, source),
-                rng.replication_seeds(base.seed, replications))
+    cells = resolve_cells(base, axes, source)
+    for cell in cells:  # an (ε, δ) no noise reaches, in any cell, fails before the first run
+        check_budgets(cell.scenario)
+    return Plan(kind, base, axes, cells, rng.replication_seeds(base.seed, replications))
 
 
 def chunk_size(todo: int, workers: int) -> int:
@@ -75,21 +78,33 @@ def batch_size(todo: int, workers: int, cells: int, iterations: int) -> int:
     return max(1, min(math.ceil(todo / pieces), BATCH_UPDATES // max(1, iterations)))
 
 
-def pending_tasks(plan: Plan, store: Store, workers: int, keep_metrics: bool) -> tuple[list[Task], int]:
-    """Tasks for the replications not saved yet, in cell order, and how many were already done."""
-    todo: list[list[int]] = []
-    for cell in plan.cells:
-        todo.append([r for r, s in enumerate(plan.seeds) if store.load(cell.index, r, s) is None])
+def pending_tasks(plan: Plan, saved: dict[tuple[int, int], dict], workers: int,
+                  keep_metrics: bool) -> tuple[list[Task], int]:
+    """Tasks for the replications not ``saved`` yet, in cell order, each a block of consecutive
+    replications of one cell (one saved file), and how many were already done."""
+    todo = [[r for r in range(plan.replications) if (cell.index, r) not in saved] for cell in plan.cells]
     inline = chunk_size(sum(map(len, todo)), workers)
     tasks = []
     for cell, reps in zip(plan.cells, todo, strict=True):
         size = (batch_size(len(reps), workers, len(plan.cells), cell.scenario.learner.iterations)
                 if replayable(cell.scenario) else inline)
-        for start in range(0, len(reps), size):
-            part = tuple(reps[start:start + size])
-            tasks.append(Task(cell.index, cell.scenario, part,
-                              tuple(plan.seeds[r] for r in part), keep_metrics))
+        for run in _consecutive(reps):
+            for start in range(0, len(run), size):
+                part = tuple(run[start:start + size])
+                tasks.append(Task(cell.index, cell.scenario, part, tuple(plan.seeds[r] for r in part),
+                                  keep_metrics))
     return tasks, len(plan.cells) * plan.replications - sum(map(len, todo))
+
+
+def _consecutive(replications: list[int]) -> list[list[int]]:
+    """``replications`` (increasing) split where one is missing: [0, 1, 2, 5, 6] → [[0, 1, 2], [5, 6]]."""
+    runs: list[list[int]] = []
+    for r in replications:
+        if runs and runs[-1][-1] == r - 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return runs
 
 
 @dataclass(frozen=True)
@@ -118,17 +133,18 @@ def experiment_directory(out: Path) -> Iterator[None]:
 
 
 def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> tuple[list[list[dict]], int]:
-    """Run what is not saved yet, saving each replication as its task finishes; every record by cell.
+    """Run what is not saved yet, saving each task as it finishes; every record by cell.
     Call it inside :func:`experiment_directory`."""
     store = Store(out, plan.identity(), metrics=keep_metrics)
     created = not out.exists()
     store.open()
-    tasks, done = pending_tasks(plan, store, how.worker_count, keep_metrics)
+    found = store.load(plan.seeds)
+    tasks, done = pending_tasks(plan, found, how.worker_count, keep_metrics)
     try:
         with _bar(len(plan.cells) * plan.replications, done, plan.kind, how.progress) as bar:
             def on_done(task: Task, records: list[dict]) -> None:
-                for record in records:
-                    store.save(record)
+                store.save(task.cell, task.replications, records)
+                found.update(((task.cell, r["replication"]), r) for r in records)
                 bar.update(len(records))
 
             run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
@@ -136,7 +152,7 @@ def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> t
         if created:
             store.remove_if_empty()  # a failure before any result leaves no directory behind
         raise
-    by_cell = [[store.load(c.index, r, s) for r, s in enumerate(plan.seeds)] for c in plan.cells]
+    by_cell = [[found[c.index, r] for r in range(plan.replications)] for c in plan.cells]
     return by_cell, done
 
 
@@ -170,7 +186,8 @@ def _sweep(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     by_cell, reused = execute_plan(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
-    meta = {**_meta(plan, how, reused), "forecast": fit.to_dict() if fit else {"error": why}}
+    meta = {**_meta(plan, how, reused), "privacy": tables.guarantees(plan.cells),
+            "forecast": fit.to_dict() if fit else {"error": why}}
     with publish.published(out) as staging:
         write_csv(staging / "sweep.csv", head, tables.blank_undefined(head, rows))
         write_csv(staging / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
@@ -191,6 +208,7 @@ def run_replications(plan: Plan, out: Path, how: Execution) -> dict:
 def _replications(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
     summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
+               **tables.cell_guarantee(plan.cells[0].scenario),
                "stop_reasons": _count(r["stop_reason"] for r in records)}
     with publish.published(out) as staging:
         write_text_atomic(staging / "scenario.toml", plan.cells[0].scenario.to_toml())

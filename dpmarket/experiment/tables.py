@@ -15,11 +15,13 @@ from typing import Any
 import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
-from dpmarket.market.forecast import Forecast, calibrate
+from dpmarket.market.forecast import Forecast, calibrate, effective_budgets
+from dpmarket.privacy import guarantee
 
+GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
                  "psi_q25", "psi_q75", "psi_std", "psi_zero", "own_psi_first", "own_psi_median",
-                 "benefit_share_mean", "forecast")
+                 "benefit_share_mean", "forecast", *GUARANTEE_COLUMNS)
 REPLICATION_COLUMNS = ("replication", "seed", "psi_final", "iterations", "stop_reason", "collisions",
                        "dropouts", "losses", "refusals", "simulated_time", "owners_benefiting")
 
@@ -29,6 +31,27 @@ def grid_value(value: Any) -> Any:
     if isinstance(value, dict | list):
         return json.dumps(value, separators=(",", ":"))
     return value
+
+
+def cell_guarantee(scenario) -> dict[str, Any]:
+    """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
+    (:func:`dpmarket.privacy.guarantee`)."""
+    p = scenario.privacy
+    return guarantee(p.mechanism, p.accountant, p.delta)
+
+
+def guarantees(cells: list[Cell]) -> list[dict[str, Any]]:
+    """sweep.json's ``privacy``: each distinct guarantee once, with the cells it covers (one entry
+    unless the grid varies the mechanism, the accountant or δ)."""
+    out: list[dict[str, Any]] = []
+    for cell in cells:
+        facts = cell_guarantee(cell.scenario)
+        same = next((g for g in out if all(g[k] == v for k, v in facts.items())), None)
+        if same is None:
+            out.append({"cells": [cell.index], **facts})
+        else:
+            same["cells"].append(cell.index)
+    return out
 
 
 def psi_stats(psi: np.ndarray) -> dict[str, float]:
@@ -78,30 +101,39 @@ def cell_summary(records: list[dict]) -> dict[str, Any]:
             "benefit_share_mean": float(np.mean(share))}
 
 
-def theorem_terms(records: list[dict]) -> tuple[np.ndarray, int]:
+def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
     """The ε and total records n that Theorem 2's sums run over: the owners that trained (in a
-    market cell, the participants; everyone otherwise)."""
+    market cell, the participants; everyone otherwise). Under (ε, δ) accounting the ε are the cell's
+    effective budgets (:class:`~dpmarket.market.forecast.EffectiveBudgets`: those of basic Laplace
+    answers as noisy as its owners' calibrated answers), so one fit spans cells of several
+    accountants or mechanisms; under Theorem 1's noise they are the budgets themselves."""
     owners = records[0]["owners"]
     member = participants(owners)
-    return np.array(owners["epsilon"])[member], int(np.sum(np.array(owners["records"])[member]))
+    epsilons = np.array(owners["epsilon"], dtype=float)
+    noise = effective_budgets(scenario, len(member))
+    eps = epsilons[member] if noise is None else noise.of_members(epsilons, member)
+    return eps, int(np.sum(np.array(owners["records"])[member]))
 
 
-def fit_forecast(summaries: list[dict], by_cell: list[list[dict]]) -> tuple[Forecast | None, str]:
+def fit_forecast(summaries: list[dict], by_cell: list[list[dict]],
+                 cells: list[Cell]) -> tuple[Forecast | None, str]:
     """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
-    eps, n = zip(*map(theorem_terms, by_cell), strict=True)
     try:
+        terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
+        eps, n = zip(*terms, strict=True)
         return calibrate(list(eps), [float(v) for v in n], [s["psi_mean"] for s in summaries]), ""
-    except ValueError as exc:
+    except ValueError as exc:  # also: a table's Gaussian cells, whose Ξ/Ξ₂ needs its feature count
         return None, str(exc)
 
 
 def sweep_rows(cells: list[Cell], by_cell: list[list[dict]]) -> tuple[list[tuple], Forecast | None, str]:
     """The rows of sweep.csv (after ``cell`` and the swept values) and the forecast fit."""
     summaries = [cell_summary(records) for records in by_cell]
-    fit, why = fit_forecast(summaries, by_cell)
+    fit, why = fit_forecast(summaries, by_cell, cells)
     rows = []
     for cell, summary, records in zip(cells, summaries, by_cell, strict=True):
-        summary["forecast"] = float(fit.psi(*theorem_terms(records))) if fit else ""
+        summary["forecast"] = float(fit.psi(*theorem_terms(records, cell.scenario))) if fit else ""
+        summary.update(cell_guarantee(cell.scenario))
         rows.append((cell.index, *map(grid_value, cell.values), *(summary[c] for c in SWEEP_COLUMNS)))
     return rows, fit, why
 

@@ -132,9 +132,9 @@ def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None)
     owners = owner_record(prepared, roster, cell.owners, market is not None)
     records = []
     for r, (replication, seed) in enumerate(zip(task.replications, task.seeds, strict=True)):
-        tape, m, facts = cell.tapes[r], cell.metrics[r], cell.facts[r]
+        m, facts = cell.metrics[r], cell.facts[r]
         counts = facts.counts
-        run = {"psi_final": float(m.psi[-1]), "psi_zero": psi_zero, "iterations": tape.updates,
+        run = {"psi_final": float(m.psi[-1]), "psi_zero": psi_zero, "iterations": facts.updates,
                "stop_reason": facts.stop_reason, "collisions": counts["collision"],
                "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
                "simulated_time": float(facts.time)}

@@ -29,8 +29,9 @@ import numpy as np
 from dpmarket import files
 from dpmarket import rng as streams
 from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
-from dpmarket.market.forecast import Forecast, calibrate, fit_quality, relative_nnls
+from dpmarket.market.forecast import Forecast, calibrate, effective_budgets, fit_quality, relative_nnls
 from dpmarket.market.law import LawForecast, build_inputs, law_unavailable
+from dpmarket.privacy import is_pure
 from dpmarket.progress import SILENT, Progress
 from dpmarket.replications import batched, final_psis
 from dpmarket.scenario import ForecastConstants, Scenario
@@ -61,6 +62,7 @@ class PilotRuns:
     records: np.ndarray  # (N,) sizes
     data: str  # what they trained on, for the source string
     psi_zero: float = float("inf")  # ψ of the untrained θ = 0 on that data
+    norm_ratio: float | None = None  # Ξ/Ξ₂ of that data (None: from the declared bounds)
 
     def in_range(self) -> np.ndarray:
         """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
@@ -82,6 +84,8 @@ def cache_key(scenario: Scenario) -> str:
     market = table.pop("market") or {}
     table["pilots"] = market.get("pilots")
     table["forms"] = FORMS
+    if not is_pure(scenario.privacy.mechanism, scenario.privacy.accountant):
+        table["budgets"] = "effective"  # Theorem 2 fitted on ε̃, not ε (pure ε-DP keys stay as they were)
     table["data"]["seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
     for spec in table["owners"]:
         spec.pop("epsilon", None)
@@ -148,8 +152,9 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
     for k, (members, _) in enumerate(groups):
         masks[k, list(members)] = True
     psi = np.array([np.mean(v) for v in groups.values()])
+    ratio = norm_ratio(scenario, data) if scenario.privacy.mechanism == "gaussian" else None
     return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
-                     target.psi(np.zeros(target.p)))
+                     target.psi(np.zeros(target.p)), ratio)
 
 
 def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
@@ -158,6 +163,16 @@ def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
     for pilot in plan:
         groups.setdefault((tuple(int(i) for i in pilot.members), pilot.epsilon), []).append(pilot.seed)
     return groups
+
+
+def norm_ratio(scenario: Scenario, consortium) -> float:
+    """Ξ/Ξ₂ of the owners' domain (Theorem 2's effective budgets of Gaussian answers): the L1 bound
+    of the declared domain over the L2 one, 1 with clipping (dpmarket/cohort.py)."""
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    from dpmarket.cohort import z_l2
+
+    return float(consortium.z_l1 / z_l2(scenario, consortium))
 
 
 def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
@@ -175,10 +190,14 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
     """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
     keep = pilots.in_range()
     used = pilots.subset(keep)
-    epsilons = [np.full(int(mask.sum()), eps) for mask, eps in zip(used.masks, used.epsilon, strict=True)]
+    noise = effective_budgets(scenario, used.masks.shape[1], pilots.norm_ratio)
+    epsilons = [np.full(int(mask.sum()), eps) if noise is None  # else ε̃: the calibrated noise's budgets
+                else noise.of_members(np.full(len(mask), eps), mask)
+                for mask, eps in zip(used.masks, used.epsilon, strict=True)]
     records = [float(used.records[mask].sum()) for mask in used.masks]
     terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
-    return replace(calibrate(epsilons, records, list(used.psi), terms), excluded=int(np.sum(~keep)))
+    fitted = calibrate(epsilons, records, list(used.psi), terms)
+    return replace(fitted, excluded=int(np.sum(~keep)), noise=noise)
 
 
 def pilot_table(forecast, pilots: PilotRuns) -> dict:
@@ -224,7 +243,8 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path | None = 
     """
     given = scenario.market.forecast
     if isinstance(given, ForecastConstants) and not recalibrate:
-        return Forecast(given.c1, given.c2, c0=given.c0), "explicit (market.forecast)"
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
+        return Forecast(given.c1, given.c2, c0=given.c0, noise=noise), "explicit (market.forecast)"
     why = law_unavailable(scenario)
     if given == "law" and why:
         raise ScenarioError(scenario.name, "market.forecast", "law", why)
@@ -255,7 +275,8 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
             raise ValueError("it was written for another scenario or forecast form")
         if not all(_multiplier(table[k]) for k in ("c0", "c1", "c2") if k in table):
             raise ValueError("its multipliers are not finite numbers >= 0")
-        forecast = (Forecast.from_dict(table) if why else
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
+        forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
                     LawForecast.from_dict(table, build_inputs(scenario, consortium)))
         return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -22,6 +22,7 @@ from dpmarket.market import calibration
 from dpmarket.market.outcome import Outcome, learner_value
 from dpmarket.market.policies import settle
 from dpmarket.market.stage import sellers_of
+from dpmarket.privacy import guarantee
 from dpmarket.problem import prepare
 from dpmarket.progress import Progress
 from dpmarket.progress import of as progress_of
@@ -54,6 +55,9 @@ def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
     if scenario.market is None:
         raise ScenarioError(source, "market", _MISSING, "the market command needs a [market] section")
     market = scenario.market
+    if market.mode == "dynamic":
+        raise ScenarioError(source, "market.mode", market.mode, "the market command compares static "
+                            "deals; run a market in time with `run` (one --set market.policy=... each)")
     names = [p.strip() for p in text.split(",") if p.strip()]
     for name in names:
         if name not in POLICIES:
@@ -167,7 +171,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
                for r in c.results]
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
-                   "policies": [r["policy"] for r in rows],
+                   "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
                    "forecast": {**c.forecast, "source": c.forecast_source}}
         (staging / "summary.json").write_text(files.dumps(summary, indent=2) + "\n", encoding="utf-8")
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
@@ -181,7 +185,13 @@ def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Ident
     return Identity("market", pinned(scenario).to_toml(), {"policies": list(policies), "seeds": list(seeds)})
 
 
-def table(rows: list[dict], out: Path, source: str = "") -> str:
+def guarantee_of(scenario: Scenario) -> dict:
+    """Which mechanism and accountant made the owners' guarantee (every policy shares it)."""
+    p = scenario.privacy
+    return guarantee(p.mechanism, p.accountant, p.delta)
+
+
+def table(rows: list[dict], out: Path, source: str = "", scenario: Scenario | None = None) -> str:
     """The comparison as a terminal table, with where the forecast came from (``source``).
 
     Both surpluses are shown: the forecast's (value of ψ̂ − payment, what the policy optimised)
@@ -198,5 +208,9 @@ def table(rows: list[dict], out: Path, source: str = "") -> str:
                      f"{ratio:>8.3g} {r['learner_surplus']:>12.4g} {r['learner_surplus_simulated']:>11.4g}")
     if source:
         lines.append(f"forecast: {source}")
+    if scenario is not None:
+        facts = guarantee_of(scenario)
+        delta = f"; δ = {facts['delta']:g}" if facts["delta"] else ""
+        lines.append(f"privacy: {facts['guarantee']}{delta}")
     lines.append(f"written to {out}")
     return "\n".join(lines)

@@ -19,12 +19,14 @@ masks)`` (ψ̂ of many coalitions: the only place ψ̂ is computed), ``noise_wei
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 import numpy as np
 
-from dpmarket.market.members import as_members
+from dpmarket.market.members import Masks, Prefixes, as_members
+from dpmarket.privacy import answer_caps, is_pure
 
 
 class Forecaster(Protocol):
@@ -52,9 +54,100 @@ def regressors(epsilons: np.ndarray, records: float) -> tuple[float, float]:
     return np.sqrt(s) / records, s / records**2
 
 
+@dataclass(frozen=True, eq=False)
+class EffectiveBudgets:
+    """Theorem 2's ε_i when the noise is not Theorem 1's m_i/ε_i (Gaussian answers, or an RDP or PLD
+    accountant): the budget ε̃_i whose basic Laplace answers carry the noise the owner's calibrated
+    answers carry — ε̃ = m_i/z_i for Laplace (variance 2(z_iΔ)² = 2(m_iΔ/ε̃)²), √2·(m_i/z_i)·Ξ/Ξ₂ for
+    Gaussian ((z_iΔ₂)², Δ₂ = 2Ξ₂/n_i the L2 sensitivity against Laplace's L1 Δ = 2Ξ/n_i), z_i = z(m_i,
+    ε_i, δ_i) from dpmarket/accounting.py's tables and m_i as each member budgets it in the coalition
+    (the capped split's shares). The ε⁻² of Theorem 2 then follows the calibrated noise, as the law's
+    noise term does, and one fit can span cells of several mechanisms and accountants.
+    """
+
+    mechanism: str
+    accountant: str
+    deltas: np.ndarray  # δ_i per owner
+    rates: np.ndarray | None  # clock rates λ_i (a member's share of the exchanges); None: synchronous
+    caps: np.ndarray  # cap_i given, NaN where none
+    split: str
+    iterations: int
+    quantile: float
+    norm_ratio: float = 1.0  # Ξ/Ξ₂, the L1 sensitivity over the L2 one (Gaussian answers; 1 for Laplace)
+
+    def __call__(self, epsilons: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """ε̃ (K, N) of every member of the coalitions ``masks`` at ``epsilons`` ((N,) or (K, N));
+        0 for non-members and for owners that sell nothing."""
+        from dpmarket.accounting import multipliers  # deferred: dp-accounting loads scipy
+
+        if self.rates is None:  # every member answers every round
+            shares = np.ones(masks.shape)
+        else:
+            rates = np.where(masks, self.rates, 0.0)
+            totals = rates.sum(axis=1, keepdims=True)
+            shares = np.where(masks, rates / np.where(totals > 0, totals, 1.0), 1.0)
+        m = answer_caps(self.split, self.iterations, shares, self.caps, self.quantile)
+        eps = np.broadcast_to(np.asarray(epsilons, dtype=float), masks.shape)
+        take = masks & (eps > 0)
+        deltas = np.broadcast_to(self.deltas, masks.shape)
+        out = np.zeros(masks.shape)
+        z = multipliers(self.mechanism, self.accountant, m[take], eps[take], deltas[take])
+        out[take] = m[take] / z * (1.0 if self.mechanism == "laplace" else math.sqrt(2.0) * self.norm_ratio)
+        return out
+
+    def of_members(self, epsilons: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """ε̃ of the members of one coalition (``mask`` (N,)), in owner order."""
+        mask = np.asarray(mask, dtype=bool)
+        return self(epsilons, mask[None, :])[0][mask]
+
+
+def effective_budgets(scenario, owners: int, norm_ratio: float | None = None) -> EffectiveBudgets | None:
+    """The scenario's :class:`EffectiveBudgets` for ``owners`` owners, or None under Theorem 1's
+    noise (Laplace answers, basic composition), where ε̃ is ε itself. ``norm_ratio`` is Ξ/Ξ₂ of the
+    owners' data (from the consortium); left out, the declared bounds give it (:func:`norm_ratio`)."""
+    p = scenario.privacy
+    if is_pure(p.mechanism, p.accountant):
+        return None
+    value = scenario.owner_value
+    caps = [np.nan if value(i, "cap") is None else value(i, "cap") for i in range(owners)]
+    rates = (np.array([value(i, "clock_rate") for i in range(owners)], dtype=float)
+             if scenario.learner.algorithm == "async" else None)
+    ratio = 1.0 if p.mechanism == "laplace" else (norm_ratio if norm_ratio is not None else
+                                                   declared_norm_ratio(scenario))
+    return EffectiveBudgets(p.mechanism, p.accountant,
+                            np.array([value(i, "delta") for i in range(owners)], dtype=float), rates,
+                            np.array(caps, dtype=float), p.split, scenario.learner.iterations, p.cap_quantile,
+                            ratio)
+
+
+def declared_norm_ratio(scenario) -> float:
+    """Ξ/Ξ₂ from the declared domain: sup‖z‖₁/sup‖z‖₂ = (pX + 1)/√(pX² + 1) (the 1s: an intercept),
+    as dpmarket/cohort.py bounds both (1 with clipping, whose bound is Ξ in either norm). A table's
+    number of features p is known only once it is read: a ValueError says so."""
+    d, m = scenario.data, scenario.model
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    if d.source != "synthetic":
+        raise ValueError("the effective budgets of Gaussian answers on table data need the number of "
+                         "features, known once the table is read")
+    one = 1.0 if m.intercept else 0.0
+    return (d.features * d.feature_bound + one) / math.sqrt(d.features * d.feature_bound**2 + one)
+
+
+def member_masks(members: Masks | Prefixes, owners: int) -> np.ndarray:
+    """The (K, N) membership of coalitions given as masks or as prefixes of orders."""
+    if not isinstance(members, Prefixes):
+        return members.masks
+    count, length = members.orders.shape
+    added = np.zeros((count, length, owners), bool)  # the player each prefix adds, one-hot
+    added[np.arange(count)[:, None], np.arange(length)[None, :], members.orders] = True
+    return np.logical_or.accumulate(added, axis=1).reshape(count * length, owners)
+
+
 @dataclass(frozen=True)
 class Forecast:
-    """Theorem 2's calibrated constants and the quality of their fit."""
+    """Theorem 2's calibrated constants and the quality of their fit; with ``noise``, its ε_i are the
+    effective budgets of the owners' calibrated noise (:class:`EffectiveBudgets`)."""
 
     c1: float
     c2: float
@@ -64,6 +157,7 @@ class Forecast:
     c0: float = 0.0  # the finite-T optimisation floor (see the module docstring)
     by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
     excluded: int = 0  # pilots left out of the fit (calibration.PilotRuns.in_range)
+    noise: EffectiveBudgets | None = field(default=None, repr=False, compare=False)  # from the scenario
     form = "theorem2"
 
     def psi(self, epsilons: np.ndarray, records: float) -> float:
@@ -77,6 +171,9 @@ class Forecast:
         same call)."""
         members = as_members(coalitions)
         eps = np.asarray(epsilons, dtype=float)
+        if self.noise is not None:  # ε̃ per coalition and member: the calibrated noise's budgets
+            members = Masks(member_masks(members, len(records)))
+            eps = self.noise(eps, members.masks)
         inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
         if inverse.ndim == 1:
             inv = members.sums(inverse)
@@ -93,12 +190,16 @@ class Forecast:
 
     def describe(self) -> str:
         """The formula with its constants, for the terminal."""
+        budgets = "" if self.noise is None else (
+            f"; eps: the budgets of basic Laplace answers as noisy as the owners' {self.noise.mechanism} "
+            f"answers under the {self.noise.accountant} accountant")
         return (f"psi = {self.c0:.4g} + {self.c1:.4g}/n*sqrt(sum eps^-2) + {self.c2:.4g}/n^2*sum eps^-2 "
-                "(Theorem 2's form)")
+                f"(Theorem 2's form{budgets})")
 
     def to_dict(self) -> dict:
         """A JSON-ready form, for caching next to the scenario."""
-        return {"form": self.form, **asdict(self), "by_size": [dict(row) for row in self.by_size]}
+        facts = {k: v for k, v in asdict(self).items() if k != "noise"}  # rebuilt from the scenario
+        return {"form": self.form, **facts, "by_size": [dict(row) for row in self.by_size]}
 
     @classmethod
     def from_dict(cls, data: dict) -> Forecast:

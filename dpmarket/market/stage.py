@@ -20,6 +20,7 @@ from dpmarket.progress import SILENT, Progress
 from dpmarket.scenario import Scenario
 
 if TYPE_CHECKING:
+    from dpmarket.market.dynamic import DynamicMarket
     from dpmarket.problem import Prepared
 
 
@@ -30,6 +31,7 @@ class MarketStage:
     outcome: Outcome
     forecast: Forecaster
     source: str  # where the forecast came from (names an oracle calibration on the owners' records)
+    dynamic: DynamicMarket | None = None  # the market in time, after the run (market.mode = "dynamic")
 
 
 def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:

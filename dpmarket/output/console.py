@@ -45,7 +45,15 @@ def _market_lines(s: dict) -> list[str]:
     return [f"market        {s['policy']}: {s['participants']} of {s['owners']} owners take part, "
             f"total payment {s['total_payment']:.4g}, learner surplus {s['learner_surplus']:.4g}",
             f"forecast      psi {s['psi_forecast']:.4g} forecast vs {s['psi_simulated']:.4g} simulated "
-            f"({s['forecast']['source']})"]
+            f"({s['forecast']['source']})", *_dynamic_lines(s)]
+
+
+def _dynamic_lines(s: dict) -> list[str]:
+    if s.get("market_mode") != "dynamic":
+        return []
+    return [f"in time       {s['rule']} price {s['price_opening']:.4g} -> {s['price_final']:.4g}, paid "
+            f"{s['payment']}: {s['joins']} joins, {s['leaves']} leaves, {s['arrivals']} arrivals, "
+            f"{s['payment_lost']:.4g} unpaid for lost answers"]
 
 
 def _network_lines(s: dict) -> list[str]:

@@ -29,6 +29,10 @@ def _paint(kind: str, data, path: str) -> None:
             topology.save(graph, Path(path) / "topology.graphml")
         if draw:
             topology.draw(graph, Path(path) / "topology.png", load)
+    elif kind == "market_timeline":
+        from dpmarket.output import market_timeline  # deferred: matplotlib is slow to import
+
+        market_timeline.draw(data, Path(path) / market_timeline.NAME)
     else:
         from dpmarket.output import plots as figures  # deferred: matplotlib is slow to import
 

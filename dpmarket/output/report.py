@@ -207,6 +207,9 @@ RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
     ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
+    ("market_timeline.png", "The market in time (market.mode = \"dynamic\"): the posted price, the owners "
+                            "taking part, what the learner has paid so far and ψ of its model (log scale), "
+                            "against simulated time; read from the market rows of events.csv."),
     ("topology.png", "The network: learner, channels and owners (dot area: records; colour: exchanges), "
                      "with each channel's utilisation and collisions."),
 )
@@ -303,6 +306,7 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
     """
     fit = meta.get("forecast") or {}
     blocks: list[Block] = [
+        *([Text(guarantees_text(meta["privacy"]))] if meta.get("privacy") else []),
         Text(_forecast_text(fit)),
         Heading("Figures"),
         *_figure_blocks(figures),
@@ -328,6 +332,7 @@ def replications_report(directory: Path, title: str, replications: pd.DataFrame,
     blocks: list[Block] = [
         Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
              f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
+        *([Text(guarantees_text([facts]))] if "guarantee" in facts else []),
         *_figure_blocks(figures),
         Heading("Replications"),
         Table("replications.csv: one row per replication", replications, max_rows=200),
@@ -337,6 +342,17 @@ def replications_report(directory: Path, title: str, replications: pd.DataFrame,
         *([Text(note)] if note else []),
     ]
     return write_report(directory, title, blocks)
+
+
+def guarantees_text(guarantees: Sequence[Mapping[str, Any]]) -> str:
+    """The privacy guarantee of a replicated run or a sweep (one sentence per distinct guarantee,
+    naming its cells, when a sweep's grid varies the mechanism, the accountant or δ)."""
+    def one(g: Mapping[str, Any]) -> str:
+        return g["guarantee"] + (f", δ = {g['delta']:g}" if g["delta"] else "")
+
+    if len(guarantees) == 1:
+        return f"Privacy: {one(guarantees[0])}."
+    return " ".join(f"Privacy of cells {', '.join(map(str, g['cells']))}: {one(g)}." for g in guarantees)
 
 
 def _facts_table(caption: str, facts: Mapping[str, Any]) -> Table:
@@ -394,6 +410,7 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
                f"market.csv, first {owners_per_policy} of {owners} owners under each policy "
                f"(all {len(market)} rows are in market.csv)")
     blocks: list[Block] = [
+        *([Text(guarantees_text([summary]))] if "guarantee" in summary else []),
         Heading("Policies"),
         Table("policies.csv: one row per policy (learner_surplus is the forecast's, "
               "learner_surplus_simulated the simulated ψ's)", policies, max_rows=len(policies)),

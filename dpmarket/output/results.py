@@ -52,11 +52,26 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
             write_topology(result.scenario, result.consortium, directory, painter, budgets(result),
                            graphml=topology, draw=plots, load=network_load(result))
     if plots:
-        painter.paint("run", figure_data(result), str(directory))
+        data = figure_data(result)
+        painter.paint("run", data, str(directory))
+        if result.market is not None and result.market.dynamic is not None:
+            painter.paint("market_timeline", market_timeline_data(directory, data["title"]), str(directory))
     painter.wait()
     from dpmarket.output.report import run_report  # deferred: only runs that are written need it
 
     run_report(result, directory, plots)
+
+
+def market_timeline_data(run_dir: Path, title: str) -> dict:
+    """The plain series ``market_timeline.png`` draws (:mod:`dpmarket.output.market_timeline`), read
+    back from the run directory's events.csv (complete once the run has returned) and metrics.csv,
+    so the picture shows exactly what the files say."""
+    from dpmarket.market.timeseries import market_series  # deferred: only a market in time needs it
+
+    s = market_series(run_dir)
+    return {"title": title, "time": s.time.tolist(), "price": s.price.tolist(),
+            "participants": s.participants.tolist(), "spend": s.spend.tolist(),
+            "psi_time": s.psi_time.tolist(), "psi": s.psi.tolist()}
 
 
 def write_channels(result: RunResult, path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpmarket.market.outcome import learner_value
-from dpmarket.privacy import is_pure
+from dpmarket.privacy import guarantee, is_pure
 from dpmarket.run import RunResult
 from dpmarket.stepsize import STABILITY_LIMIT
 
@@ -54,7 +54,23 @@ def owner_rows(result: RunResult) -> list[dict]:
             row.update(blank)
         if result.market is not None:
             row.update(_market_columns(result.market.outcome, i))
+        if result.market is not None and result.market.dynamic is not None:
+            row.update(_dynamic_columns(result, i, row))
     return rows
+
+
+def _dynamic_columns(result: RunResult, i: int, row: dict) -> dict:
+    """A market in time: ε is the budget the owner sold (0 if it never joined); how often it joined
+    and left, and what lost answers would have been paid (pay-on-delivery). ``payment`` and ``cost``
+    are then what it received and the cost of the ε it spent."""
+    market, outcome = result.market.dynamic, result.market.outcome
+    slot = result.roster.slot(i)
+    book = market.book
+    joined = bool(outcome.participates[i])
+    return {"epsilon": float(outcome.epsilon[i]), "benefits": bool(row["benefits"] and joined),
+            "joins": book.joins[slot] if slot is not None else 0,
+            "leaves": book.leaves[slot] if slot is not None else 0,
+            "payment_lost": float(book.lost[slot]) if slot is not None else 0.0}
 
 
 def _training_columns(result: RunResult, k: int, counts) -> dict:
@@ -138,23 +154,11 @@ def summary(result: RunResult) -> dict:
     }
 
 
-ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
-
-
 def privacy_summary(scenario) -> dict:
-    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``."""
+    """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
+    (:func:`dpmarket.privacy.guarantee`)."""
     p = scenario.privacy
-    pure = is_pure(p.mechanism, p.accountant)
-    if pure:
-        guarantee = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
-    elif p.accountant == "basic":
-        guarantee = (f"(ε, δ)-DP: {p.mechanism} answers, basic composition (each of m_i answers spends "
-                     "ε_i/m_i and δ_i/m_i)")
-    else:
-        guarantee = (f"(ε, δ)-DP: m_i {p.mechanism} answers composed by dp-accounting's "
-                     f"{ACCOUNTANT_NAMES[p.accountant]} accountant")
-    return {"mechanism": p.mechanism, "accountant": p.accountant, "delta": 0.0 if pure else p.delta,
-            "sensitivity_norm": "L1" if p.mechanism == "laplace" else "L2", "guarantee": guarantee}
+    return guarantee(p.mechanism, p.accountant, p.delta)
 
 
 def _learner_summary(result: RunResult) -> dict:
@@ -179,6 +183,24 @@ def _market_summary(result: RunResult) -> dict:
     if result.market is None:
         return {}
     o, f = result.market.outcome, result.market.forecast
+    return {**_static_market(result, o, f), **_dynamic_summary(result)}
+
+
+def _dynamic_summary(result: RunResult) -> dict:
+    """A market in time's figures: its settings, prices, joins and leaves, payments lost."""
+    market = result.market.dynamic
+    if market is None:
+        return {}
+    m, o, book = result.scenario.market, result.market.outcome, market.book
+    return {"market_mode": "dynamic", "payment": m.payment, "rule": m.rule, "period": m.period,
+            "price_opening": market.opening_price, "price_final": market.price,
+            "joins": sum(book.joins), "leaves": sum(book.leaves), "arrivals": market.arrived,
+            "payment_lost": float(sum(book.lost)),
+            "owners_benefiting": int(np.sum((result.psi_final < result.own_psi) & o.participates))}
+
+
+def _static_market(result: RunResult, o, f) -> dict:
+    """The deal's figures (a market in time: its realized payments)."""
     return {"policy": o.policy, "participants": int(o.participates.sum()),
             "price": o.price, "psi_forecast": o.psi_forecast, "psi_simulated": result.psi_final,
             "total_payment": o.spend, "learner_value": o.value, "learner_surplus": o.surplus,

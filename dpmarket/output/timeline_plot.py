@@ -165,4 +165,23 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
         _atomic(csv_path, lambda p: table.to_csv(p, index=False))
         _atomic(png_path, lambda p: draw(run, selected, start, stop, p))
     text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
-    return f"{text}\nwritten to {png_path} and {csv_path.name}"
+    text = f"{text}\nwritten to {png_path} and {csv_path.name}"
+    if run.scenario.get("market", {}).get("mode") == "dynamic":  # a market in time
+        text += "\n" + _market(run, name, start, stop)
+    return text
+
+
+def _market(run: Run, name: str, start: float, stop: float) -> str:
+    """Draw ``market_TAG.png`` (the run's market_timeline.png over the window) and say what it shows."""
+    from dpmarket.output import market_timeline
+    from dpmarket.output.results import market_timeline_data
+
+    data = market_timeline_data(run.path, run.path.name)
+    path = run.path / f"market_{name}.png"
+    with files.writing(path):
+        _atomic(path, lambda p: market_timeline.draw(data, p, (start, stop)))
+    inside = [i for i, t in enumerate(data["time"]) if t <= stop]
+    last = inside[-1] if inside else 0
+    return (f"market in time (to t = {stop:.4g}): price {data['price'][0]:.4g} -> {data['price'][last]:.4g}, "
+            f"{data['participants'][last]} owners taking part, paid {data['spend'][last]:.4g}; "
+            f"price, participants, spend and ψ against time drawn in {path.name}")

@@ -124,6 +124,8 @@ class Engine:
         # Every stage is a SimPy event whose callback runs the next one: a message costs no
         # process of its own.
         self.uplink = self._sense_then_send if net.carrier_sense else self._send
+        # A market in time (dpmarket/market/dynamic.py) says whether owner i takes part now; None: always
+        self.takes_part: Callable[[int], bool] | None = None
 
     # -- logging -------------------------------------------------------------------------
     def emit(self, kind: str, owner: int, channel: int | None = None, detail: str | None = None):
@@ -211,8 +213,9 @@ class Engine:
         if len(self._rows) >= BLOCK_ROWS:
             self._log.settle()
         self.row((now, "tick", i, None, None, c, None))
-        if not (self._holds[i] or self.in_exchange[i]):
-            owner = self._owners[i]
+        takes_part = self.takes_part  # a market in time says who takes part now; None: everyone
+        if not (self._holds[i] or self.in_exchange[i]) and (takes_part is None or takes_part(i)):
+            owner = self._owners[i]  # read at every tick: a market in time rebuilds a joiner's owner
             if not owner.ledger.can_pay(owner.charge):  # owner.exhausted, without the property's call
                 self.training.leave(i, now, c)
                 self._depart(i, "budgets exhausted")
@@ -369,6 +372,32 @@ class Engine:
             self.env.run(until=until)
         return self.done.value if self.done.triggered else "horizon"
 
+    _until: simpy.Event | None = None  # what ends the run, once :meth:`advance_until` made it
+    _stopped_by: simpy.Event | None = None
+
+    def advance_until(self, pause: simpy.Event) -> str | None:
+        """As :meth:`advance`, but return None as soon as ``pause`` (an event nothing waits on) is
+        processed; call again to go on. The events processed, and their order, are those of one
+        :meth:`advance`: a pause only stops the loop between two events."""
+        if self._until is None:
+            self._until = self.done
+            if self.net.horizon is not None:
+                self._until = self.env.any_of([self.done, self.env.timeout(self.net.horizon)])
+            self._until.callbacks.append(self._stop)
+        pause.callbacks.append(self._stop)
+        self._stopped_by = None
+        with collector_paused():
+            self.env.run()  # until an event calls _stop
+        if self._stopped_by is None:
+            raise RuntimeError('No scheduled events left but "until" event was not triggered')
+        if self._stopped_by is pause:
+            return None
+        return self.done.value if self.done.triggered else "horizon"
+
+    def _stop(self, event: simpy.Event) -> None:
+        self._stopped_by = event
+        raise simpy.core.StopSimulation(None)
+
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
@@ -391,8 +420,29 @@ def collector_paused() -> Iterator[None]:
 def run_network(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun:
     """Drive ``training`` with the SimPy engine of ``scenario.network``."""
     engine = Engine(scenario, training, names)
-    reason = engine.run()
-    training.finish()
+    return _report(engine, engine.run())
+
+
+def run_in_steps(scenario: Scenario, training: Training, names: list[str],
+                 arm: Callable[[simpy.Event], None]) -> Generator[None, None, NetworkRun]:
+    """:func:`run_network` in steps, for a schedule streamed in chunks: before each step ``arm`` gets
+    a fresh SimPy event, which the training triggers when it wants the engine to pause (a chunk of
+    tape is full); each pause is a ``yield``, and the generator returns the engine's report. The
+    pauses change nothing the engine does."""
+    engine = Engine(scenario, training, names)
+    engine.start()
+    while True:
+        pause = engine.env.event()
+        arm(pause)
+        reason = engine.advance_until(pause)
+        if reason is not None:
+            return _report(engine, reason)
+        yield
+
+
+def _report(engine: Engine, reason: str) -> NetworkRun:
+    """The training's last measurement and the engine's report, once the run has stopped."""
+    engine.training.finish()
     downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])
     return NetworkRun(reason, engine.channels, downtime, engine.rates, engine.channel_of)
 

@@ -1,0 +1,285 @@
+"""The market in time (market.mode = "dynamic"): closed forms, the privacy bill, utilities, determinism,
+bad inputs."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dpmarket.cli import main
+from dpmarket.errors import MarketError
+from dpmarket.market.costs import Cost
+from dpmarket.market.timeseries import market_series
+from dpmarket.output.summary import owner_rows
+from dpmarket.replications import batched, replayable
+from dpmarket.run import execute
+from tests.helpers import tiny
+
+MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
+          "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
+REQUEST = {"mode": "request", "transmission_time": 0.01, "latency": 0.005, "loss_probability": 0.2}
+MARKET_ROWS = {"price", "payment", "join", "leave"}
+
+
+def scenario(network=None, owners=None, privacy=None, seed=3, iterations=60, **market):
+    """3 tiny owners; owner 2 (c = 10) declines a price of 1 (its best ε, 0.5, costs more than it pays)."""
+    sections = {"market": {**MARKET, **market},
+                "owners": owners if owners is not None else [{}, {}, {"cost_coef": 10.0}],
+                "learner": {"iterations": iterations, "rho": 3.0}}
+    if owners is not None and len(owners) > 3:
+        sections["data"] = {"owners": len(owners)}
+    if network:
+        sections["network"] = network
+    if privacy:
+        sections["privacy"] = privacy
+    s = tiny(**sections)
+    return s.model_copy(update={"seed": seed})
+
+
+def run(s, path: Path):
+    """Run ``s``, events to ``path``; the result and the rows of events.csv."""
+    result = execute(s, path)
+    with open(path, newline="") as f:
+        return result, list(csv.DictReader(f))
+
+
+def schedule(rows):
+    """The rows of a run that are not the market's, without the market's column."""
+    return [{k: v for k, v in r.items() if k != "amount"} for r in rows if r["kind"] not in MARKET_ROWS]
+
+
+# --- the fixed price equals the static posted price --------------------------------------------------
+
+CAPPED = {"split": "capped", "cap": 5}  # each owner's budget is spent after 5 answers, well before T
+
+
+@pytest.mark.parametrize("network", [None, REQUEST])
+def test_a_fixed_price_with_nothing_changing_is_the_static_posted_price(tmp_path, network):
+    static, static_rows = run(scenario(network, privacy=CAPPED), tmp_path / "static.csv")
+    dynamic, rows = run(scenario(network, privacy=CAPPED, mode="dynamic"), tmp_path / "dynamic.csv")
+    assert schedule(rows) == static_rows  # the same exchanges, draw for draw
+    assert dynamic.training.metrics == static.training.metrics
+    before, after = owner_rows(static), owner_rows(dynamic)
+    assert [r["participates"] for r in after] == [r["participates"] for r in before] == [True, True, False]
+    for b, a in zip(before, after, strict=True):
+        assert a["epsilon"] == b["epsilon"] and a["epsilon_spent"] == b["epsilon_spent"]
+        # every budget was spent, so paying p per unit ε answer by answer pays the static p·ε_i
+        assert a["payment"] == pytest.approx(b["payment"], rel=1e-12, abs=0)
+        assert a["utility"] == pytest.approx(b["utility"], rel=1e-12, abs=0)
+    # an owner leaves the market when its budget is spent, at the tick where it stops taking part
+    retired = [r["owner"] for r in rows if r["detail"] == "budget spent: stops taking part"]
+    assert [r["owner"] for r in rows if r["kind"] == "leave"] == retired and retired
+    # a wrong input: another price sells other budgets and pays other amounts
+    other, _ = run(scenario(network, privacy=CAPPED, mode="dynamic", price=1.2), tmp_path / "other.csv")
+    assert owner_rows(other)[0]["payment"] != pytest.approx(before[0]["payment"], rel=1e-6)
+
+
+def test_a_budget_not_spent_is_paid_per_unit_of_epsilon_spent(tmp_path):
+    """T ends the run first: each owner is paid p times the ε it spent, not the ε it sold."""
+    result, _ = run(scenario(REQUEST, mode="dynamic", price=1.5), tmp_path / "e.csv")
+    for row in owner_rows(result):
+        assert row["epsilon_spent"] < row["epsilon"] or not row["participates"]
+        assert row["payment"] == pytest.approx(1.5 * row["epsilon_spent"], rel=1e-12, abs=1e-15)
+
+
+# --- pay on delivery pays (1 − loss share) of pay on compute ---------------------------------------
+
+WILLING = [{}, {}, {}]  # three owners at c = 0.5: ε = 2 each
+
+
+def delivered_share(rows, owner: str) -> float:
+    """Updates over responses of ``owner``: the share of its computed answers the learner received."""
+    kinds = [r["kind"] for r in rows if r["owner"] == owner]
+    return kinds.count("update") / kinds.count("response")
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_pay_on_delivery_pays_one_minus_the_loss_share_of_pay_on_compute(tmp_path, seed):
+    compute, compute_rows = run(scenario(REQUEST, WILLING, mode="dynamic"), tmp_path / "c.csv")
+    delivery, rows = run(scenario(REQUEST, WILLING, seed=seed, mode="dynamic", payment="on_delivery"),
+                         tmp_path / "d.csv")
+    paid_compute = [r["payment"] for r in owner_rows(compute)]
+    paid_delivery = [r["payment"] for r in owner_rows(delivery)]
+    lost = [r["payment_lost"] for r in owner_rows(delivery)]
+    same = schedule(rows) == schedule(compute_rows)
+    assert same == (seed == 3)  # common random numbers: the same seed, the same schedule
+    shares = [delivered_share(rows, str(i)) for i in range(3)]
+    assert min(shares) < 1  # losses happened
+    expected = [share * paid for share, paid in zip(shares, paid_compute, strict=True)]
+    matches = np.allclose(paid_delivery, expected, rtol=1e-12, atol=0)
+    assert matches == same  # the identity holds on the same schedule, and fails on another
+    if same:
+        assert "leave" not in {r["kind"] for r in rows}
+        assert np.allclose(np.add(paid_delivery, lost), paid_compute, rtol=1e-12, atol=0)
+
+
+# --- the privacy bill and the owners' utilities, whatever the market does -------------------------
+
+def violations(rows, owners) -> list[str]:
+    """What breaks the rules in a run's events: an owner answering when the answer, paid at the
+    price in force, would leave its utility negative; pay-on-compute leaving it negative; ε spent
+    beyond the budget sold."""
+    coef = {str(o["owner"]): o["cost_coef"] for o in owners}
+    price, paid, spent, found = None, dict.fromkeys(coef, 0.0), dict.fromkeys(coef, 0.0), []
+    for r in rows:
+        who, kind = r["owner"], r["kind"]
+        if kind == "price":
+            price = float(r["amount"])
+        elif kind == "payment":
+            paid[who] += float(r["amount"])
+        elif kind == "response":
+            now = float(r["epsilon_spent"])
+            cost = float(Cost("quadratic", coef[who])(now))
+            if paid[who] + price * (now - spent[who]) - cost < -1e-9:
+                found.append(f"owner {who} answered at a loss at t = {r['time']}")
+            spent[who] = now
+    for o in owners:
+        if o["epsilon_spent"] > o["epsilon"] * (1 + 1e-12):
+            found.append(f"owner {o['owner']} spent {o['epsilon_spent']} of a budget {o['epsilon']}")
+    return found
+
+
+@settings(max_examples=25, deadline=None)
+@given(price=st.floats(0.3, 4.0), period=st.floats(0.05, 3.0), cap=st.integers(2, 12),
+       coef=st.lists(st.floats(0.05, 3.0), min_size=3, max_size=3),
+       rule=st.sampled_from(["fixed", "progress"]),
+       payment=st.sampled_from(["on_compute", "on_delivery"]), budget=st.none() | st.floats(0.5, 20.0))
+def test_no_owner_exceeds_its_budget_or_answers_at_a_loss(tmp_path_factory, price, period, cap, coef, rule,
+                                                           payment, budget):
+    owners = [{"cost_coef": c} for c in coef]
+    extra = {} if budget is None else {"budget": budget}
+    s = scenario(REQUEST, owners, {"split": "capped", "cap": cap}, iterations=40, mode="dynamic",
+                 price=price, period=period, rule=rule, payment=payment, **extra)
+    path = tmp_path_factory.mktemp("fuzz") / "events.csv"
+    try:
+        result, rows = run(s, path)
+    except MarketError:  # nobody takes part at that price: refused before training
+        return
+    table = owner_rows(result)
+    assert violations(rows, table) == []
+    for o in result.owners:  # the ledger: never beyond the budget sold
+        assert o.epsilon_spent <= o.epsilon * (1 + 1e-12)
+    if payment == "on_compute":
+        assert all(r["utility"] >= -1e-9 for r in table)
+    if budget is not None:
+        assert sum(r["payment"] for r in table) <= budget * (1 + 1e-12)
+
+
+def test_the_check_finds_an_owner_paid_too_little(tmp_path):
+    """The fuzz test's check itself fails on a run whose payments were tampered with."""
+    result, rows = run(scenario(REQUEST, WILLING, mode="dynamic"), tmp_path / "e.csv")
+    table = owner_rows(result)
+    assert violations(rows, table) == []
+    tampered = [{**r, "amount": str(float(r["amount"]) * 0.01)} if r["kind"] == "payment" else r
+                for r in rows]
+    assert violations(tampered, table)
+    overspent = [{**table[0], "epsilon_spent": table[0]["epsilon"] * 1.01}, *table[1:]]
+    assert violations(rows, overspent)
+
+
+# --- determinism, arrivals, the adaptive rule ------------------------------------------------------
+
+def test_market_events_are_deterministic_per_seed(tmp_path):
+    s = scenario(REQUEST, WILLING + [{}], mode="dynamic", rule="progress", payment="on_delivery",
+                 period=0.5, pool=1, arrival_rate=0.5)
+    execute(s, tmp_path / "a.csv")
+    execute(s, tmp_path / "b.csv")
+    execute(s.model_copy(update={"seed": 4}), tmp_path / "c.csv")
+    a, b, c = ((tmp_path / f"{n}.csv").read_bytes() for n in "abc")
+    assert a == b and a != c
+    kinds = {line.split(b",")[1] for line in a.splitlines()[1:]}
+    assert {b"price", b"payment", b"join"} <= kinds
+
+
+def test_pool_owners_arrive_over_time_and_join_at_the_price(tmp_path):
+    s = scenario(REQUEST, WILLING + [{}, {}], mode="dynamic", pool=2, arrival_rate=2.0)
+    result, rows = run(s, tmp_path / "e.csv")
+    joins = [r for r in rows if r["kind"] == "join"]
+    assert [r["owner"] for r in joins if r["detail"] == "opening"] == ["0", "1", "2"]
+    arrived = [r for r in joins if r["detail"] == "arrived"]
+    assert [r["owner"] for r in arrived] == ["3", "4"] and all(float(r["time"]) > 0 for r in arrived)
+    assert sum(1 for r in rows if r["kind"] == "update" and r["owner"] in {"3", "4"}) > 0
+
+
+def test_the_progress_rule_moves_the_price_and_owners_follow(tmp_path):
+    s = scenario(REQUEST, WILLING, mode="dynamic", rule="progress", period=0.5, iterations=200, value=1.0)
+    result, rows = run(s, tmp_path / "e.csv")
+    prices = [float(r["amount"]) for r in rows if r["kind"] == "price"]
+    assert len(set(prices)) > 1 and min(prices) >= 0.1 - 1e-12 and max(prices) <= 10.0 + 1e-12
+    assert all("public psi" in r["detail"] for r in [r for r in rows if r["kind"] == "price"][1:])
+
+
+def test_market_series_reads_price_participants_and_spend(tmp_path):
+    out = tmp_path / "run"
+    s = scenario(REQUEST, WILLING, mode="dynamic", rule="progress", period=0.5)
+    path = tmp_path / "s.toml"
+    path.write_text(s.to_toml())
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    series = market_series(out)
+    summary_paid = sum(r["payment"] for r in csv_rows(out / "owners.csv", float))
+    assert series.spend[-1] == pytest.approx(summary_paid, rel=1e-12)
+    assert series.participants[0] >= 0 and series.participants.max() <= 3
+    assert np.all(np.diff(series.time) >= 0) and len(series.psi) > 1
+
+
+def csv_rows(path: Path, kind):
+    with open(path, newline="") as f:
+        return [{"payment": kind(r["payment"])} for r in csv.DictReader(f)]
+
+
+def test_dynamic_runs_are_never_replayed():
+    static = scenario(REQUEST)
+    dynamic = scenario(REQUEST, mode="dynamic")
+    assert replayable(static) and batched(static, 5)
+    assert not replayable(dynamic) and not batched(dynamic, 5)
+
+
+def test_a_static_scenario_file_does_not_mention_the_market_in_time():
+    from dpmarket.scenario import DYNAMIC_KEYS
+
+    assert not set(DYNAMIC_KEYS) & set(scenario().resolved_table()["market"])
+    assert set(DYNAMIC_KEYS) <= set(scenario(mode="dynamic").resolved_table()["market"])
+
+
+# --- bad input: one line naming the key, exit 2, nothing written -----------------------------------
+
+@pytest.mark.parametrize("sets, key", [
+    (["market.mode=dynamic", "market.period=0"], "market.period"),
+    (["market.mode=dynamic", "market.period=-2"], "market.period"),
+    (["market.mode=dynamic", "market.arrival_rate=0.5"], "market.arrival_rate"),
+    (["market.mode=dynamic", "market.rule='progress'", "market.value=0"], "market.value"),
+    (["market.rule='progress'"], "market.rule"),
+    (["market.mode=dynamic", "market.policy='auction'", "market.offer_epsilon=2"], "market.policy"),
+])
+def test_bad_dynamic_settings_are_one_line_exit_2_nothing_written(tmp_path, capsys, sets, key):
+    path = tmp_path / "s.toml"
+    path.write_text(scenario().to_toml())
+    args = ["run", str(path), "--out", str(tmp_path / "out")]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{key} = " in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monkeypatch):
+    """Table data without a hold-out: nothing public measures the model, so the progress rule is refused."""
+    from tests.test_table import records, write
+
+    monkeypatch.chdir(tmp_path)
+    data = write(records(), tmp_path / "t.csv")
+    (tmp_path / "m.toml").write_text(
+        f'name = "t"\nseed = 1\n[data]\nsource = "table"\npath = "{data}"\n'
+        '[data.table]\ntarget = "y"\nnumeric = ["a", "b"]\npartition = "site"\nstandardize = false\n'
+        '[learner]\niterations = 40\nrho = 1.0\n[output]\nplots = false\n'
+        '[market]\npolicy = "posted_price"\nprice = 1.0\nmode = "dynamic"\nrule = "progress"\nvalue = 5.0\n')
+    assert main(["run", "m.toml", "--out", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "market.rule = 'progress'" in err and "public" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.toml", "t.csv"]
