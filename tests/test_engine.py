@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 import pytest
+import simpy
 import tomli_w
 
 from dpmarket import privacy
@@ -884,3 +885,45 @@ def test_broadcast_answers_paid_for_reach_the_learner_when_the_last_owner_leaves
     assert result.stop_reason == "budgets exhausted" and kinds["response"] == 40
     assert kinds["update"] + kinds["loss"] == kinds["response"]
     assert kinds["update"] == result.training.k
+
+
+def _pausing_model(env, log: list, pauses: list) -> None:
+    """Processes with timeouts and shared events, and events that stop the loop with callbacks left."""
+    def worker(k):
+        for step in range(4):
+            yield env.timeout(0.5 * k + step % 2)
+            log.append((env.now, k, step))
+    for k in range(5):
+        env.process(worker(k))
+    for at in (1.0, 2.5):
+        pause = env.event()
+        pause._ok, pause._value = True, None  # triggered by hand, as run(until=t) makes its own
+        pause.callbacks += [lambda e: (_ for _ in ()).throw(simpy.core.StopSimulation(None)),
+                            lambda e, at=at: log.append(("after pause", at, env.now))]
+        env.schedule(pause, 1, at)
+        pauses.append(pause)
+
+
+def test_drain_processes_events_as_simpy_run_does():
+    """stage.drain is SimPy's run()/step() loop: the same events in the same order, the same clock,
+    a stop between two events leaving the stopping event's other callbacks for the next call, a
+    failed event raising; a drain that did nothing different from run() cannot fail here."""
+    from dpmarket.sim.stage import drain
+
+    runs = []
+    for loop in (lambda env: env.run(), drain):
+        env, log, pauses = simpy.Environment(), [], []
+        _pausing_model(env, log, pauses)
+        for _ in range(4):  # two pauses, then the end of the queue; once more on an empty queue
+            loop(env)
+            log.append(("stopped", env.now, len(env._queue)))
+        runs.append(log)
+    assert runs[0] == runs[1]
+    assert sum(1 for row in runs[0] if row[0] == "after pause") == 2
+    env = simpy.Environment()
+    env.event().fail(ValueError("bad"))
+    with pytest.raises(ValueError, match="bad"):
+        drain(env)
+    defused = env.event().fail(ValueError("ignored"))
+    defused.defused = True
+    drain(env)  # a defused failure does not raise

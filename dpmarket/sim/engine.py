@@ -42,7 +42,7 @@ from dpmarket.scenario import Scenario
 from dpmarket.sim import availability as avail
 from dpmarket.sim.channel import Channel
 from dpmarket.sim.exchange import Requests, Slot
-from dpmarket.sim.stage import NORMAL, Link, Stage
+from dpmarket.sim.stage import NORMAL, Link, Stage, drain
 from dpmarket.training import Training
 
 # What an uplink message calls with its owner's link (owner, time): once it reached the learner
@@ -387,7 +387,7 @@ class Engine:
         pause.callbacks.append(self._stop)
         self._stopped_by = None
         with collector_paused():
-            self.env.run()  # until an event calls _stop
+            drain(self.env)  # until an event calls _stop
         if self._stopped_by is None:
             raise RuntimeError('No scheduled events left but "until" event was not triggered')
         if self._stopped_by is pause:
