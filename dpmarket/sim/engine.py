@@ -32,6 +32,7 @@ from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
+from heapq import heappush
 
 import numpy as np
 import simpy
@@ -70,6 +71,9 @@ class Engine:
         self.s, self.net, self.training = scenario, scenario.network, training
         self.env = simpy.Environment()
         self.schedule = self.env.schedule  # every tick and every stage of a message is a Stage
+        # the hot paths put a stage on SimPy's queue as Environment.schedule does, without its call:
+        # enqueue((at, priority, next(event_ids), stage)), ``at`` being now + delay, the same float
+        self.enqueue, self.event_ids = partial(heappush, self.env._queue), self.env._eid
         N = len(training.owners)
         self.N, self.T = N, scenario.learner.iterations
         self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
@@ -221,9 +225,9 @@ class Engine:
                 self._depart(i, "budgets exhausted")
                 return
             self._act(i, c, now)
-        wait = self._next_wait[i]()
-        clock.callbacks, clock.at = self._on_tick, now + wait
-        self.schedule(clock, NORMAL, wait)
+        at = now + self._next_wait[i]()
+        clock.callbacks, clock.at = self._on_tick, at
+        self.enqueue((at, NORMAL, next(self.event_ids), clock))
 
     def _ready(self, i: int, c: int, _now: float) -> None:
         """Broadcast mode: owner i will answer the next query on channel c."""
@@ -263,8 +267,9 @@ class Engine:
             raise RuntimeError(f"owner {i} sends a message while its link is busy")
         link.channel, link.ticket = c, self.channels[c].start(now)
         link.arrived, link.lost = arrived, lost
-        link.callbacks, link.at = self._on_transmitted, now + self._tau
-        self.schedule(link, NORMAL, self._tau)
+        at = now + self._tau
+        link.callbacks, link.at = self._on_transmitted, at
+        self.enqueue((at, NORMAL, next(self.event_ids), link))
 
     def _transmitted(self, link: Link) -> None:
         """The message leaves the air: collided, lost at random, or on its way (latency)."""
@@ -276,8 +281,9 @@ class Engine:
             self.row((now, "loss", i, None, None, c, "random"))
             link.lost(link)
         elif self._latency:  # it reaches the learner latency later
-            link.callbacks, link.at = link.arrived, now + self._latency
-            self.schedule(link, NORMAL, self._latency)
+            at = now + self._latency
+            link.callbacks, link.at = link.arrived, at
+            self.enqueue((at, NORMAL, next(self.event_ids), link))
         else:
             link.arrived[0](link)
 

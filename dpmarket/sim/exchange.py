@@ -75,9 +75,10 @@ class Requests:
         self.unserved = 0
         self._busy[c] = self.serving[i] = True
         self.point[i] = self._training.query(i, now, c)
-        downlink = self.engine.downlink
-        link.callbacks, link.at = self._on_query, now + downlink
-        self.engine.schedule(link, NORMAL, downlink)
+        engine = self.engine
+        at = now + engine.downlink
+        link.callbacks, link.at = self._on_query, at
+        engine.enqueue((at, NORMAL, next(engine.event_ids), link))
 
     def _query_arrived(self, link: Link) -> None:
         """The owner answers privately (or refuses) unless it went offline meanwhile."""

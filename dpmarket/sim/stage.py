@@ -5,10 +5,14 @@ callback must then ask the environment for the time. ``Environment.step`` needs 
 and ``_ok`` of what it pops, and an owner has at most one pending step of each kind: its clock's
 next tick, and the next stage of its one exchange in progress (request mode) or of its one
 message in a slot (broadcast mode). So each owner has a :class:`Stage` for its clock and a
-:class:`Link` for its messages, scheduled again and again with ``Environment.schedule`` (public
-SimPy): no object is made per tick or per message. A stage holds the time it fires, computed as
-``schedule`` computes it (``now + delay``, the same float), and ``callbacks`` is a one-element list
-shared by every stage of a kind (SimPy reads it, never changes it).
+:class:`Link` for its messages, scheduled again and again: no object is made per tick or per
+message. A stage holds the time it fires, computed as ``Environment.schedule`` computes it
+(``now + delay``, the same float), and ``callbacks`` is a one-element list shared by every stage of
+a kind (SimPy reads it, never changes it). The engine's hot paths push a stage onto the queue as
+``schedule`` does (the same entry: time, priority, SimPy's next event id, the stage) without its
+Python call, and :func:`drain` runs SimPy's loop inline; both read SimPy 4's ``Environment``
+internals (``_queue``, ``_eid``, ``_now``), which the engine's byte-identity tests would catch
+changing.
 """
 
 from __future__ import annotations
