@@ -467,6 +467,7 @@ class NetworkSchedule:
                 next(steps)
             except StopIteration as end:
                 self.network = end.value
+                self.recorder.on_full = None  # the last pause, never to come (it holds the engine)
                 break
             yield self.recorder.take()
         last = self.recorder.take()

@@ -9,6 +9,7 @@ inline run's (θ, ψ, times, counts, events.csv), and each way of mishandling a 
 
 from __future__ import annotations
 
+import gc
 import json
 import tracemalloc
 
@@ -140,6 +141,36 @@ def test_the_engine_pauses_at_every_full_chunk():
     assert sum(sizes) == 200 and len(sizes) == -(-200 // SIZE)
     assert all(SIZE <= s <= SIZE + 1 for s in sizes[:-1])
     assert times == sorted(times) and times[0] < times[-1] / 10  # the engine had not run ahead
+
+
+def test_a_finished_schedule_frees_its_engine_without_the_cyclic_collector():
+    """Once a network schedule has handed out its last chunk, its engine is taken apart: its stages,
+    availability chains and exchanges' state are freed by reference counting, not left as cyclic
+    garbage (a batch of replications would pile up thousands of objects per run until a collection)."""
+    from dpmarket.sim.availability import Alternating
+    from dpmarket.sim.engine import Engine
+    from dpmarket.sim.exchange import Requests
+    from dpmarket.sim.stage import Stage
+
+    network = {"mode": "request", "clock_rate": 2.0, "transmission_time": 0.05, "latency": 0.02,
+               "dropout": {"mean_online": 5.0, "mean_offline": 1.0}}
+    scenario = pin_data_seed(tiny(network=network, learner={"iterations": 200, "rho": 3.0}))
+    prepared = prepare(scenario)
+    cell = run_cell(scenario, (5,), prepared.consortium, prepared.objective)
+    names = [o.name for o in cell.owners]
+    kinds = (Engine, Stage, Alternating, Requests)
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        schedule = NetworkSchedule(scenario, cell.owners, names, record_points(200, 10))
+        updates = sum(chunk.updates for chunk in schedule.chunks())
+        left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, kinds)]
+    finally:
+        if was:
+            gc.enable()
+    assert updates == 200 and schedule.network.stop_reason == "iterations"
+    assert left == []
 
 
 def peak_bytes(iterations: int) -> int:

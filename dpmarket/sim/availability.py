@@ -40,6 +40,7 @@ class Availability:
         self._since = np.zeros(owners)
         self._on_change = on_change
         self.on_gone = on_gone
+        self.chains: list[Alternating] = []  # the owners' exponential periods (see :meth:`close`)
 
     def online(self, owner: int) -> bool:
         """Whether ``owner`` is online now."""
@@ -67,6 +68,14 @@ class Availability:
         self.on_gone(owner, end)
         return True
 
+    def close(self) -> None:
+        """Break the reference cycles of the exponential periods' chains (each calls back its own
+        bound methods) once the run is over, so that reference counting frees them."""
+        for chain in self.chains:
+            chain.__dict__.clear()
+        self.chains.clear()
+        self._on_change = self.on_gone = None
+
     def downtime(self, owner: int) -> float:
         """Time spent offline so far (including a current outage)."""
         extra = self.env.now - self._since[owner] if self.holds[owner] else 0.0
@@ -90,6 +99,7 @@ class Alternating:
         self.periods = in_blocks(gen.standard_exponential, 16).__next__  # Exp(1) variates, scaled below
         self._begin, self._online_ends = [self.begin], [self.online_ends]
         self._offline_ends = [self.offline_ends]
+        av.chains.append(self)
         self._at(self._begin, 0, URGENT)  # an int, as a process's start: t = 0 stays the int 0 in the log
 
     def _at(self, callbacks: list, delay: float | int, priority: int = NORMAL) -> None:

@@ -400,6 +400,22 @@ class Engine:
             return None
         return self.done.value if self.done.triggered else "horizon"
 
+    def close(self) -> None:
+        """Take the engine apart once its run is over and reported: the stages left on SimPy's
+        queue, the availability chains, the exchanges' state, the engine's own attributes.
+
+        An engine is cyclic (stages call back bound methods of the objects that hold them): left
+        whole, it waits for the cyclic collector, a few thousand objects per run, which a batch of
+        replications keeps alive together; taken apart, reference counting frees it at once. The
+        engine is unusable afterwards (processes and broadcast slots, which hold generators, are
+        left to the collector).
+        """
+        self.env._queue.clear()
+        self.availability.close()
+        if self.requests is not None:
+            self.requests.__dict__.clear()
+        self.__dict__.clear()
+
     def _stop(self, event: simpy.Event) -> None:
         self._stopped_by = event
         raise simpy.core.StopSimulation(None)
@@ -442,7 +458,9 @@ def run_in_steps(scenario: Scenario, training: Training, names: list[str],
         arm(pause)
         reason = engine.advance_until(pause)
         if reason is not None:
-            return _report(engine, reason)
+            report = _report(engine, reason)
+            engine.close()
+            return report
         yield
 
 
