@@ -122,7 +122,8 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
             _NetworkGroup(view, owners, group, points, size)
         chunks: list[list[Chunk]] = [[] for _ in group]
         tapes = [_kept(run.chunks(r), chunks[r]) if keep else run.chunks(r) for r in range(len(group))]
-        replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist())
+        replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist(),
+                          expected=lr.iterations)
         facts = run.facts()
         cell.facts.extend(facts)
         cell.metrics.extend(measured_psi(objective, replayed, run.measured(series, facts)))
