@@ -16,7 +16,11 @@ Run from the repository root:  python benchmarks/bench_replay.py [--quick]
    in T, (t(R, 4T) − t(R, T)) / (3RT); the slope in R adds what each replication costs once (its
    streams, its saved record, its metric rows), printed per replication; t(R, T)/(RT) all in, for
    information (pool start-up, data, figures). Target: (b)'s cost per replication-update ≤ 1/20 of
-   the bare loop's per update (goal 1/100).
+   the bare loop's per update (goal 1/100). (c) With numba installed (extra ``fast``), the compiled
+   kernel (``DPMARKET_KERNEL=numba``): the replay in-process and the kernel's own calls per
+   replication-update, whether its models equal the numpy replay's bit for bit, and in fresh
+   processes numba's import, the kernel's first call with an empty cache (compilation) and with
+   the cache filled.
 2. The papers' grid: ``python -m dpmarket sweep scenarios/lending_banks.toml --grid
    privacy.epsilon=1,3,10,30,100 --grid data.records=10000,…,250000 --replications 100`` as a
    subprocess, end to end (figures and report included). Reference in the same run: the same grid
@@ -56,7 +60,7 @@ import numpy as np
 import simpy
 from timing import best_of
 
-from dpmarket import rng
+from dpmarket import compiled, rng
 from dpmarket.cohort import build_owners
 from dpmarket.experiment import study, task
 from dpmarket.experiment.grid import pin_data_seed
@@ -119,6 +123,53 @@ def same_computation(scenario, prepared, cell, seeds) -> float:
     return worst
 
 
+FIRST_CALL = ("import time; t0 = time.perf_counter(); import numba; t1 = time.perf_counter(); "
+              "import numpy as np; from dpmarket import compiled; z = np.zeros; "
+              "compiled.async_block(z((1, 2)), z((2, 2)), z((1, 2), dtype=np.int64), 0, (z((2, 2, 2)), "
+              "z((2, 2)), z(2), z(2)), (0.1, 0.1, 0.1, 1.0, False), (z((1, 1), dtype=np.int64), "
+              "np.ones(1, dtype=np.int64), z((1, 2)), z((1, 1), dtype=np.int64), z((1, 1)), "
+              "np.full(1, -1, dtype=np.int64)), z((0, 1, 2))); print(t1 - t0, time.perf_counter() - t1)")
+
+
+def numba_costs() -> dict:
+    """numba's import and the kernel's first call in fresh processes: with an empty cache directory
+    (compilation), then with the cache it left (what every later process pays)."""
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**_env(), "NUMBA_CACHE_DIR": cache}
+        runs = [subprocess.run([sys.executable, "-c", FIRST_CALL], capture_output=True, text=True, cwd=ROOT,
+                               env=env, check=True).stdout.split() for _ in range(2)]
+    return {"import": float(runs[1][0]), "compile": float(runs[0][1]), "cached": float(runs[1][1])}
+
+
+def compiled_kernel(scenario, prepared, seeds, cell) -> dict:
+    """(c): the replay with the compiled kernel in-process, per replication-update, and the kernel's own
+    calls; whether its models are the numpy replay's bit for bit."""
+    spent, right = [0.0], compiled.async_block  # the kernel's seconds in each run
+
+    def timed(*args):
+        start = time.perf_counter()
+        right(*args)
+        spent[-1] += time.perf_counter() - start
+
+    def run():
+        spent.append(0.0)
+        return run_cell(scenario, seeds, prepared.consortium, prepared.objective)
+
+    os.environ[compiled.VARIABLE], compiled.async_block = "numba", timed
+    try:
+        fast = run()  # compiles, or loads the cached kernel
+        spent.clear()
+        replayed = best_of(3, run)
+    finally:
+        os.environ.pop(compiled.VARIABLE)
+        compiled.async_block = right
+    R, T = len(seeds), scenario.learner.iterations
+    same = all(np.array_equal(a.models, b.models) and np.array_equal(a.final, b.final)
+               for a, b in zip(fast.replayed, cell.replayed, strict=True))
+    return {"replay_us": 1e6 * replayed / (R * T), "kernel_us": 1e6 * min(spent) / (R * T), "same": same,
+            **numba_costs()}
+
+
 def executor_seconds(scenario, reps: int, iterations: int, directory: Path) -> float:
     """Wall seconds of ``run --replications reps`` on the default executor (process x 2), in-process
     as the command runs it: data built in the workers, saved replications, tables and figures."""
@@ -141,6 +192,7 @@ def per_update(quick: bool) -> dict:
     out["bare_us"] = 1e6 * best_of(3, lambda: bare_loop(consts, sequence, gen=gen)) / T
     replay = best_of(3, lambda: run_cell(scenario, seeds, prepared.consortium, prepared.objective))
     out["replay_us"] = 1e6 * replay / (R * T)
+    out["numba"] = compiled_kernel(scenario, prepared, seeds, cell) if compiled.available() else None
     with tempfile.TemporaryDirectory() as tmp:
         t = {(r, n): executor_seconds(scenario, r, n, Path(tmp) / f"r{r}-{n}")
              for r, n in ((R, T), (R, 4 * T), (5 * R, T))}
@@ -341,6 +393,17 @@ def main() -> None:
     for label, value, note in lines:
         print(f"   {label:48s} {value:8.3f} µs  {note}")
     print(f"   bare loop fed the tapes and noise = replay: max relative |Δθ_L| {u['agree']:.1e}")
+    nb = u["numba"]
+    if nb is None:
+        print("   compiled kernel: numba is not installed (extra 'fast'); numpy alone measured")
+    else:
+        kernel = nb["kernel_us"]
+        print(f"   {'compiled kernel (numba): replay in-process':48s} {nb['replay_us']:8.3f} µs  "
+              f"= 1/{bare / nb['replay_us']:.0f};  the kernel's calls alone {kernel:.3f} µs "
+              f"= 1/{bare / kernel:.0f} (goal 1/100)")
+        print(f"   its models = the numpy replay's bit for bit: {'yes' if nb['same'] else 'NO  <<<'}")
+        print(f"   numba in a fresh process: import {nb['import']:.2f} s; the kernel's first call "
+              f"{nb['compile']:.2f} s compiling (empty cache), {nb['cached']:.2f} s with the cache filled")
     ratio = u["slope_T_us"] / u["bare_us"]
     g = paper_grid(args.quick)
     print(f"\n2. the papers' grid: 5 ε x 5 n x {g['replications']} replications, T = 1,000, process x 2")

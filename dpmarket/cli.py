@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from dpmarket import __version__
+from dpmarket import __version__, compiled
 from dpmarket.errors import DPMarketError, one_line
 from dpmarket.processes import exit_status, sigterm_as_interrupt
 
@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     try:
+        compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
         if args.command == "validate":
             return _validate(args)
         if args.command == "timeline":

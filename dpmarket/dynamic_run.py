@@ -59,6 +59,10 @@ class MarketTraining(Training):
         super().apply(owner, theta_bar, answer, time, channel)
         self.market.delivered(owner, time)
 
+    def lost(self, owner: int, time: float) -> None:
+        """An answer of owner i never reached the learner: pay-on-delivery will not pay for it."""
+        self.market.lost(owner, time)
+
 
 def roster_of(scenario: Scenario, stage: MarketStage, owners: int) -> list[int]:
     """The owners the simulation holds: whoever may take part during the run (module docstring)."""

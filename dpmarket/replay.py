@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpmarket import compiled
 from dpmarket import rng as streams
 from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.models import CLIP_MARGIN
@@ -346,6 +347,18 @@ class AsyncBatch:
         """What a block of updates of owners ``slots`` (update-major) needs, gathered once."""
         return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
 
+    def run(self, slots: np.ndarray, lengths: np.ndarray, drawn: Drawn, answers: Answers,
+            record: np.ndarray, models: np.ndarray) -> None:
+        """A block of updates without stale queries (owners ``slots``, update-major; ``lengths``:
+        each tape's updates in it) by the compiled kernel: :meth:`step`'s operations in its order;
+        θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0."""
+        c = self.c
+        learner = (c.lam, c.step_owner, c.step_central, c.theta_max, c.weighting != "none")
+        stats = (answers.A, answers.b, answers.two_n, self.share)
+        block = (slots, lengths, drawn.pool, drawn.row, drawn.scale, record)
+        compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block, models)
+        self.k += len(slots)
+
     def keep(self, rows: np.ndarray, replications: np.ndarray, at: np.ndarray) -> None:
         """Keep θ_L of ``replications`` now (after update ``at``) in ``rows`` of the kept queries."""
         if self.kept is None:
@@ -525,11 +538,13 @@ class Replayed:
 
 
 def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: Sequence[Iterable[Chunk]],
-           seeds: Sequence[int], capacity: np.ndarray, at: Sequence[int] = (), progress=None) -> Replayed:
+           seeds: Sequence[int], capacity: np.ndarray, at: Sequence[int] = (), progress=None,
+           expected: int = 0) -> Replayed:
     """Apply ``tapes`` (replication r's chunks, with noise from ``seeds[r]``) to fresh copies of
     ``learner`` (a template: only its constants are read); keep the models after the updates ``at``
     and each replication's last. ``progress`` (anything with ``update(n)``) counts the updates of
-    the longest tape."""
+    the longest tape; ``expected``: the updates a tape is expected to have (the learner's T), from
+    which ``DPMARKET_KERNEL=auto`` judges whether the compiled kernel pays (:mod:`dpmarket.compiled`)."""
     at = sorted(set(int(k) for k in at))
     asynchronous = isinstance(learner, AsyncLearner)
     R, p = len(tapes), learner.model.shape[0]
@@ -538,6 +553,7 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
     else:
         batch = SyncBatch(learner, R)
     answers, noise = Answers(owners), Noise(seeds, owners, capacity)
+    fast = isinstance(batch, AsyncBatch) and answers.stats and compiled.wanted(R * expected)
     readers = [Reader(t) for t in tapes]
     models, index = np.zeros((len(at), R, p)), {k: i for i, k in enumerate(at)}
     answers_per_update = 1 if asynchronous else len(owners)
@@ -550,7 +566,7 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
         lengths = np.array([piece.updates for piece in pieces], dtype=np.int64)
         if not lengths.any():
             break
-        _replay_block(batch, pieces, lengths, noise, answers, k0, models, index)
+        _replay_block(batch, pieces, lengths, noise, answers, k0, models, index, fast)
         updates += lengths
         k0 += block
         if progress is not None:
@@ -559,8 +575,9 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
 
 
 def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise, answers: Answers, k0: int,
-                  models: np.ndarray, index: dict[int, int]) -> None:
-    """Updates k0+1…k0+max(lengths) of every replication whose tape is that long."""
+                  models: np.ndarray, index: dict[int, int], fast: bool = False) -> None:
+    """Updates k0+1…k0+max(lengths) of every replication whose tape is that long (``fast``: by the
+    compiled kernel if no query of the block is older than the update before)."""
     B, plan = int(lengths.max()), None
     if isinstance(batch, SingleRun):
         slots, valid = pieces[0].owner[:, None], np.ones((B, 1), dtype=bool)
@@ -572,8 +589,13 @@ def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise,
     if isinstance(batch, AsyncBatch):
         slots = _column(pieces, B, "owner")
         valid = np.arange(B)[:, None] < lengths
-        table = batch.block(slots, noise.exchanges(slots, _column(pieces, B, "answer"), valid, k0), answers)
+        drawn = noise.exchanges(slots, _column(pieces, B, "answer"), valid, k0)
         plan = _Staleness(pieces, k0, batch.c.N)
+        if fast and plan.fresh:
+            record = np.array([index.get(k, -1) for k in range(k0 + 1, k0 + B + 1)], dtype=np.int64)
+            batch.run(slots, lengths, drawn, answers, record, models)
+            return
+        table = batch.block(slots, drawn, answers)
         plan.keep(batch, -1)
     else:
         table = noise.rounds(pieces, k0, B)
@@ -606,6 +628,7 @@ class _Staleness:
                 who, q = piece.asked
                 writes.append((q - k0 - 1, r * owners + who, np.full(len(who), r), q))
         self._reads, self._writes = _grouped(reads), _grouped(writes)
+        self.fresh = not self._reads and not self._writes  # every query is the update before's θ_L
 
     def old(self, step: int, rows: np.ndarray | None) -> Stale | None:
         """The updates of ``step`` (0-based in the block) whose query point is a kept θ_L."""

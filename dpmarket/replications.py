@@ -142,7 +142,8 @@ def _run_group(view: Scenario, owners: list[DataOwner], learner: AsyncLearner | 
     run = _IdealGroup(view, owners, group, points, size) if view.network.mode == "ideal" else \
         _NetworkGroup(view, owners, group, points, size)
     tapes = [run.chunks(r) if chunks is None else _kept(run.chunks(r), chunks[r]) for r in range(len(group))]
-    replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist())
+    replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist(),
+                      expected=view.learner.iterations)
     facts = run.facts()
     return replayed, facts, run.measured(series, facts)
 

@@ -106,6 +106,11 @@ class Training:
         if self.progress is not None:
             self.progress.update(1)
 
+    def lost(self, owner: int, time: float) -> None:
+        """An answer owner i computed (its ε spent) never reached the learner: collided, lost, or
+        dropped with its owner going offline. Nothing to do for the learner; a market in time that
+        pays on delivery hears of it here (:class:`dpmarket.dynamic_run.MarketTraining`)."""
+
     def leave(self, owner: int, time: float, channel: int | None = None) -> None:
         """Owner i, its budget spent, refuses at its tick and stops taking part (logged once)."""
         self._record(time, "refusal", owner, None, self.owners[owner].epsilon_spent, channel,

@@ -122,20 +122,39 @@ def test_pay_on_delivery_pays_one_minus_the_loss_share_of_pay_on_compute(tmp_pat
 
 def violations(rows, owners) -> list[str]:
     """What breaks the rules in a run's events: an owner answering when the answer, paid at the
-    price in force, would leave its utility negative; pay-on-compute leaving it negative; ε spent
-    beyond the budget sold."""
+    price in force, would leave its utility negative; an owner taking part on after an answer lost
+    on the way left its utility at the price in force negative, instead of leaving at that loss;
+    ε spent beyond the budget sold."""
     coef = {str(o["owner"]): o["cost_coef"] for o in owners}
     price, paid, spent, found = None, dict.fromkeys(coef, 0.0), dict.fromkeys(coef, 0.0), []
+    owed, taking_part, must_leave = dict.fromkeys(coef, 0.0), dict.fromkeys(coef, False), None
+    step, sold = dict.fromkeys(coef, 0.0), {str(o["owner"]): o["epsilon"] for o in owners}
     for r in rows:
         who, kind = r["owner"], r["kind"]
+        if must_leave is not None and kind != "tick":
+            if (kind, who) != ("leave", must_leave):
+                found.append(f"owner {must_leave} took part on with a negative utility at t = {r['time']}")
+            must_leave = None
         if kind == "price":
             price = float(r["amount"])
+        elif kind in ("join", "leave"):
+            taking_part[who] = kind == "join"
         elif kind == "payment":
             paid[who] += float(r["amount"])
+            owed[who] = 0.0
+        elif kind in ("collision", "loss") and owed[who] > 0:  # the answer on the way is never paid for
+            owed[who] = 0.0
+            after = spent[who] + step[who]  # the next answer, paid at the price in force
+            cost = float(Cost("quadratic", coef[who])(after))
+            can_pay = after <= sold[who] * (1 + 1e-12)
+            if taking_part[who] and can_pay and paid[who] + price * step[who] - cost < -1e-9:
+                must_leave = who
         elif kind == "response":
             now = float(r["epsilon_spent"])
             cost = float(Cost("quadratic", coef[who])(now))
-            if paid[who] + price * (now - spent[who]) - cost < -1e-9:
+            step[who] = now - spent[who]
+            owed[who] = price * step[who]
+            if paid[who] + owed[who] - cost < -1e-9:
                 found.append(f"owner {who} answered at a loss at t = {r['time']}")
             spent[who] = now
     for o in owners:
@@ -166,6 +185,8 @@ def test_no_owner_exceeds_its_budget_or_answers_at_a_loss(tmp_path_factory, pric
         assert o.epsilon_spent <= o.epsilon * (1 + 1e-12)
     if payment == "on_compute":
         assert all(r["utility"] >= -1e-9 for r in table)
+    else:  # the owner bears its lost answers, and no more: it never answered at an expected loss
+        assert all(r["utility"] + r["payment_lost"] >= -1e-9 for r in table)
     if budget is not None:
         assert sum(r["payment"] for r in table) <= budget * (1 + 1e-12)
 
@@ -283,3 +304,18 @@ def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monke
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "market.rule = 'progress'" in err and "public" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.toml", "t.csv"]
+
+
+def test_an_owner_leaves_at_the_loss_that_sinks_its_utility(tmp_path):
+    """Pay-on-delivery: an owner whose first answer is lost has paid its cost and been paid nothing, so
+    at a price below its marginal cost it leaves at that loss (a leave row right after it), and it
+    bears no more than the payments it lost. The check finds a log with those leave rows removed."""
+    lossy = {**REQUEST, "loss_probability": 0.2}
+    s = scenario(lossy, WILLING, {"split": "capped", "cap": 3}, mode="dynamic", payment="on_delivery")
+    result, rows = run(s, tmp_path / "e.csv")
+    table = owner_rows(result)
+    after_loss = [r for r in rows if r["kind"] == "leave" and r["detail"].startswith("an answer lost")]
+    assert after_loss and violations(rows, table) == []
+    assert all(r["utility"] + r["payment_lost"] >= -1e-9 for r in table)
+    kept = [r for r in rows if not (r["kind"] == "leave" and r["detail"].startswith("an answer lost"))]
+    assert any("took part on with a negative utility" in v for v in violations(kept, table))

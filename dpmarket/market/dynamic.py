@@ -193,6 +193,22 @@ class DynamicMarket:
             amount, self.book.pending[j] = self.book.pending[j], 0.0
             self._pay(j, amount, time, "delivered")
 
+    def lost(self, j: int, time: float) -> None:
+        """Owner j's answer never reached the learner. Pay-on-delivery owes nothing for it: the owner
+        bears the loss (its ε is spent either way). It decides again at once, as at a new price: if
+        its utility at the current price (its next answer paid) is now below 0, it leaves then, not
+        at its next tick or repricing. It never answers at an expected loss, so its utility stays at
+        least −(the payments it lost), whatever the network does."""
+        book = self.book
+        if self.m.payment != "on_delivery" or book.pending[j] == 0:
+            return
+        book.lost[j] += book.pending[j]
+        book.pending[j] = 0.0
+        if book.state[j] == IN and not self.owners[j].exhausted and not self._willing(j):
+            why = f"an answer lost on the way: utility would fall below 0 at price {self.price:.6g}"
+            self._leave(j, OUT, why)
+            self._close_if_stuck()
+
     def finish(self) -> None:
         """At the end of the run an answer still owed was not delivered: it is lost."""
         for j in range(len(self.roster)):

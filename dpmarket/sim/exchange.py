@@ -98,6 +98,8 @@ class Requests:
         c = self._channel[i]
         if not (self._offline(i) and engine.dropped(i, c, self.epoch[i])):
             engine.apply(i, c, self.point[i], self.answer[i], link.at)
+        else:
+            self._training.lost(i, link.at)
         self._end(i)
 
     def _offline(self, i: int) -> bool:
@@ -114,6 +116,7 @@ class Requests:
 
     def _lost(self, link: Link) -> None:
         """The answer was lost on the way (collision, loss, or never sent)."""
+        self._training.lost(link.owner, link.at)
         self._end(link.owner)
 
     def _end(self, i: int) -> None:
@@ -169,10 +172,13 @@ class Slot:
     def _close(self) -> None:
         """The learner receives every delivered answer whose owner stayed online, in owner order."""
         engine, c = self.engine, self.channel
+        now, training = engine.env.now, engine.training
         for i in self.senders:
             if (self.delivered[i] and not engine.dropped(i, c, self.epochs[i])
                     and not engine.done.triggered):
-                engine.apply(i, c, self.points[i], self.answers[i], engine.env.now)
+                engine.apply(i, c, self.points[i], self.answers[i], now)
+            elif not engine.done.triggered:  # once the run is over, its end settles what is owed
+                training.lost(i, now)
         engine.slots_on_air -= 1
         if engine.closing is not None:
             engine.settled()
