@@ -12,7 +12,7 @@ a kind (SimPy reads it, never changes it). The engine's hot paths push a stage o
 ``schedule`` does (the same entry: time, priority, SimPy's next event id, the stage) without its
 Python call, and :func:`drain` runs SimPy's loop inline; both read SimPy 4's ``Environment``
 internals (``_queue``, ``_eid``, ``_now``), which the engine's byte-identity tests would catch
-changing.
+changing; pyproject.toml pins SimPy below 5 for that reason.
 """
 
 from __future__ import annotations
