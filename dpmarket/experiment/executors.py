@@ -138,11 +138,17 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
     # the terminal's Ctrl-C then stops this process alone, and no worker prints a traceback.
     client = cluster = None
     futures: dict = {}
+    logger = logging.getLogger("distributed")
+    level = logger.level
     try:
         with processes.interrupts_ignored():
             client, cluster = _dask_client(workers, scheduler)
         _drain_dask(client, tasks, futures, on_done)
     except KeyboardInterrupt:
+        # Once interrupted, the scheduler in this process logs CRITICAL tracebacks of the comms the
+        # shutdown closes under it (silence_logs stops below CRITICAL): none of them is the user's
+        # concern, whose message is the interrupt's one line.
+        logger.setLevel(logging.CRITICAL + 1)
         if client is not None:
             client.cancel([f for f in futures if f.status == "pending"])
         for future, task in list(futures.items()):  # results that arrived but were not handed over
@@ -154,6 +160,7 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
             client.close()
         if cluster is not None:
             cluster.close()
+        logger.setLevel(level)
 
 
 def _drain_dask(client, tasks: list[Task], futures: dict, on_done: OnDone) -> None:
