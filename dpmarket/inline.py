@@ -17,7 +17,7 @@ from dpmarket import rng as streams
 from dpmarket.cohort import build_owners, ideal_rates, member_view
 from dpmarket.data import Consortium
 from dpmarket.events import EventLog
-from dpmarket.learner import AsyncLearner
+from dpmarket.learner import AsyncLearner, SyncLearner
 from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
 from dpmarket.progress import Progress
@@ -42,6 +42,31 @@ class Trained:
     step: StepSize
 
 
+@dataclass
+class Cast:
+    """A run's participants and its learner, as every way of running it builds them: the owners
+    (``members`` at ``epsilons``), Algorithm 1 planned for them (N, n and the step from public
+    sizes), their scenario indices and the scenario as they see it (:func:`member_view`)."""
+
+    owners: list[DataOwner]
+    learner: AsyncLearner | SyncLearner
+    step: StepSize
+    ids: list[int]
+    view: Scenario
+
+    @classmethod
+    def of(cls, scenario: Scenario, consortium: Consortium, objective: Objective,
+           members: np.ndarray | None, epsilons: np.ndarray | None) -> Cast:
+        owners = build_owners(scenario, consortium, objective, members, epsilons)
+        lr, m = scenario.learner, scenario.model
+        sizes = np.array([o.data.n for o in owners], dtype=np.int64)
+        step = resolve_step(scenario, consortium, sizes)
+        learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho,
+                               m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+        ids = [o.index for o in owners]
+        return cls(owners, learner, step, ids, member_view(scenario, ids, consortium.names))
+
+
 def train(scenario: Scenario, consortium: Consortium, objective: Objective,
           members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
           events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
@@ -51,14 +76,9 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     data (``objective``), so runs with different participants are comparable. ``progress``
     (True: a bar on a terminal) counts the updates.
     """
-    owners = build_owners(scenario, consortium, objective, members, epsilons)
-    lr, m = scenario.learner, scenario.model
-    sizes = np.array([o.data.n for o in owners], dtype=np.int64)
-    step = resolve_step(scenario, consortium, sizes)
-    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho,
-                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
-    ids = [o.index for o in owners]
-    view = member_view(scenario, ids, consortium.names)
+    cast = Cast.of(scenario, consortium, objective, members, epsilons)
+    owners, learner, step, ids, view = cast.owners, cast.learner, cast.step, cast.ids, cast.view
+    lr = scenario.learner
     renumber = ids if view is not scenario else None
     bar = progress_of(progress).phase("training", total=lr.iterations, unit="update")
     with EventLog(events_path, renumber) as log, bar as bar:

@@ -31,7 +31,7 @@ from dpmarket import measure
 from dpmarket.cohort import build_owners, ideal_rates, member_view
 from dpmarket.data import Consortium
 from dpmarket.events import EventLog
-from dpmarket.inline import Trained, step_curvature
+from dpmarket.inline import Cast, Trained, step_curvature
 from dpmarket.learner import AsyncLearner, SyncLearner
 from dpmarket.models import Objective
 from dpmarket.owners import DataOwner
@@ -161,15 +161,16 @@ def _engines_collected(engines: bool) -> Iterator[None]:
     run ends (:meth:`Engine.close`), so reference counting frees it; the young collection at the end
     frees what is still cyclic (the SimPy environments, processes and broadcast slots).
     """
-    was = engines and gc.isenabled()
-    if was:
-        gc.disable()
-    try:
+    if not engines:
         yield
-    finally:
-        if was:
-            gc.enable()
-            gc.collect(0)
+        return
+    from dpmarket.sim.engine import collector_paused  # deferred: SimPy is needed only here
+
+    was = gc.isenabled()
+    with collector_paused():
+        yield
+    if was:
+        gc.collect(0)
 
 
 def _kept(chunks: Iterator[Chunk], into: list[Chunk]) -> Iterator[Chunk]:
@@ -289,14 +290,9 @@ def scheduled_run(scenario: Scenario, consortium: Consortium, objective: Objecti
     tape (streamed in chunks as the engine goes) computes the model, ψ is measured at the recorded
     iterations; the recorder, holding the learner's state and the owner of every update, is the
     run's training."""
-    owners = build_owners(scenario, consortium, objective, members, epsilons)
-    lr, m = scenario.learner, scenario.model
-    sizes = np.array([o.data.n for o in owners], dtype=np.int64)
-    step = resolve_step(scenario, consortium, sizes)
-    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho,
-                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
-    ids = [o.index for o in owners]
-    view = member_view(scenario, ids, consortium.names)
+    cast = Cast.of(scenario, consortium, objective, members, epsilons)
+    owners, learner, step, ids, view = cast.owners, cast.learner, cast.step, cast.ids, cast.view
+    lr = scenario.learner
     points = record_points(lr.iterations, scenario.output.metric_points)
     sequence = OwnerSequence(ids, len(consortium.names), lr.iterations)
     bar = progress_of(progress).phase("training", total=lr.iterations, unit="update")
