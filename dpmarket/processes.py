@@ -68,9 +68,7 @@ def held() -> Iterator[None]:
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            fallback = signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
-            signal.signal(s, handler if handler is not None else fallback)
+        _restore(previous)
         if received:
             raise Terminated if received[0] == signal.SIGTERM else KeyboardInterrupt
 
@@ -125,6 +123,12 @@ def interrupts_ignored() -> Iterator[None]:
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            fallback = signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
-            signal.signal(s, handler if handler is not None else fallback)
+        _restore(previous)
+
+
+def _restore(previous: dict) -> None:
+    """Put back the signal handlers ``previous`` maps each signal to (None, a handler installed
+    outside Python: SIGINT's default KeyboardInterrupt, or the default action)."""
+    for s, handler in previous.items():
+        fallback = signal.default_int_handler if s == signal.SIGINT else signal.SIG_DFL
+        signal.signal(s, handler if handler is not None else fallback)
