@@ -261,15 +261,10 @@ def test_the_law_refuses_a_learner_it_does_not_describe():
 
 def test_a_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path, monkeypatch, capsys):
     """Table data whose hold-out (40 rows) cannot stand in for the owners' 170: default pilots refuse."""
-    from tests.test_table import records, write
+    from tests.test_table import market_scenario
 
     monkeypatch.chdir(tmp_path)
-    path = write(records(), tmp_path / "t.csv")
-    (tmp_path / "m.toml").write_text(
-        f'name = "t"\nseed = 1\n[data]\nsource = "table"\npath = "{path}"\n'
-        '[data.table]\ntarget = "y"\nnumeric = ["a", "b"]\npartition = "site"\nholdout = 40\n'
-        '[learner]\niterations = 40\nrho = 1.0\n[output]\nplots = false\n'
-        '[market]\npolicy = "auction"\nprice = 1.0\noffer_epsilon = 2.0\n')
+    market_scenario(tmp_path, 'holdout = 40\n', 'policy = "auction"\nprice = 1.0\noffer_epsilon = 2.0\n')
     assert main(["market", "m.toml", "--policies", "auction", "--out", "cmp"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "data.table.holdout" in err

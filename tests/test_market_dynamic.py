@@ -291,15 +291,11 @@ def test_bad_dynamic_settings_are_one_line_exit_2_nothing_written(tmp_path, caps
 
 def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monkeypatch):
     """Table data without a hold-out: nothing public measures the model, so the progress rule is refused."""
-    from tests.test_table import records, write
+    from tests.test_table import market_scenario
 
     monkeypatch.chdir(tmp_path)
-    data = write(records(), tmp_path / "t.csv")
-    (tmp_path / "m.toml").write_text(
-        f'name = "t"\nseed = 1\n[data]\nsource = "table"\npath = "{data}"\n'
-        '[data.table]\ntarget = "y"\nnumeric = ["a", "b"]\npartition = "site"\nstandardize = false\n'
-        '[learner]\niterations = 40\nrho = 1.0\n[output]\nplots = false\n'
-        '[market]\npolicy = "posted_price"\nprice = 1.0\nmode = "dynamic"\nrule = "progress"\nvalue = 5.0\n')
+    market = 'policy = "posted_price"\nprice = 1.0\nmode = "dynamic"\nrule = "progress"\nvalue = 5.0\n'
+    market_scenario(tmp_path, 'standardize = false\n', market)
     assert main(["run", "m.toml", "--out", "out"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "market.rule = 'progress'" in err and "public" in err

@@ -53,6 +53,18 @@ def write(df: pd.DataFrame, path: Path) -> Path:
     return path
 
 
+def market_scenario(directory: Path, table: str, market: str) -> Path:
+    """``directory/m.toml``: a market on :func:`records` (partitioned by site, T = 40), with ``table``
+    added to its ``[data.table]`` section and ``market`` as its ``[market]`` section (TOML lines)."""
+    data = write(records(), directory / "t.csv")
+    path = directory / "m.toml"
+    path.write_text(
+        f'name = "t"\nseed = 1\n[data]\nsource = "table"\npath = "{data}"\n'
+        f'[data.table]\ntarget = "y"\nnumeric = ["a", "b"]\npartition = "site"\n{table}'
+        f'[learner]\niterations = 40\nrho = 1.0\n[output]\nplots = false\n[market]\n{market}')
+    return path
+
+
 def scenario(path: Path, model: dict | None = None, data: dict | None = None, **table):
     """A small table scenario over ``path``; keyword arguments go to [data.table]."""
     spec = {"target": "y", "numeric": ["a", "b"], "partition": "site", "holdout": HOLDOUT, **table}
