@@ -10,7 +10,7 @@ Run from the repository root:  python benchmarks/bench_accounting.py [--quick]
    forecast, capped split) under basic Laplace (the reference) and under RDP and PLD with Laplace
    and Gaussian answers at δ = 10⁻⁶, in-process with imports warm and every accounting cache
    cleared before each run (each run calibrates afresh, as a new process would). The time spent in
-   dpmarket/accounting.py (calibrations, ε curves, the forecast's tables) is measured directly by
+   dpmarket/privacy/accounting.py (calibrations, ε curves, the forecast's tables) is measured directly by
    wrapping its entry points, and so is the difference of the runs' wall times; both are compared
    with the reference run and with the CLI's end-to-end time of the basic run (a subprocess).
    Target: accounting < 10 % of ny_hospitals' run time (import excluded: it is item 1), in wall
@@ -29,8 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from dpmarket import accounting, run
-from dpmarket.scenario import load
+from dpmarket.privacy import accounting
+from dpmarket.runs import run
+from dpmarket.scenario.loading import load
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios/ny_hospitals.toml"
@@ -61,7 +62,7 @@ def import_cost(repeats: int) -> float:
           f"(+{extra:.2f} s, paid only by runs with Gaussian answers or an RDP/PLD accountant)")
     for name, times in parts.items():
         print(f"   with only {name}: {min(times):.2f} s (+{min(times) - min(plain):.2f} s)")
-    code = ("import sys; from dpmarket.scenario import load; from dpmarket.run import execute; "
+    code = ("import sys; from dpmarket.scenario import load; from dpmarket.runs.run import execute; "
             f"execute(load({str(SCENARIO)!r})); print('dp_accounting' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, capture_output=True, text=True)
     loaded = out.stdout.strip() == "True"

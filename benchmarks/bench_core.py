@@ -35,15 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
-from dpmarket.events import EventLog
-from dpmarket.models import Objective, make_loss
-from dpmarket.privacy import laplace_scale
-from dpmarket.run import execute
-from dpmarket.scenario import load
-from dpmarket.stepsize import resolve_step
-from dpmarket.training import Training, make_learner, record_points
+from dpmarket.data.proxy import resolve_step
+from dpmarket.learning.objective import Objective, make_loss
+from dpmarket.privacy.cohort import build_owners, sensitivity
+from dpmarket.privacy.mechanisms import laplace_scale
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import load
+from dpmarket.schedule.events import EventLog
+from dpmarket.schedule.protocol import Training, make_learner, record_points
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "ny_hospitals.toml"

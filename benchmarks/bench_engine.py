@@ -40,13 +40,13 @@ from pathlib import Path
 import numpy as np
 import simpy
 
-from dpmarket.cohort import build_owners
-from dpmarket.events import EventLog
-from dpmarket.problem import Prepared, prepare
-from dpmarket.scenario import load
-from dpmarket.sim.engine import Engine
-from dpmarket.stepsize import resolve_step
-from dpmarket.training import Training, make_learner, record_points
+from dpmarket.data.problem import Prepared, prepare
+from dpmarket.data.proxy import resolve_step
+from dpmarket.privacy.cohort import build_owners
+from dpmarket.scenario.loading import load
+from dpmarket.schedule.events import EventLog
+from dpmarket.schedule.protocol import Training, make_learner, record_points
+from dpmarket.schedule.sim.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
 NY = ROOT / "scenarios" / "ny_hospitals.toml"

@@ -3,7 +3,7 @@
 Run from the repository root:  python benchmarks/bench_forecast.py [--quick]
 
 1. The README's comparison (scenarios/banks_market.toml: ten banks, all seven policies, 10
-   replications on common random numbers) through ``dpmarket.market.compare``, the ``market``
+   replications on common random numbers) through ``dpmarket.experiment.compare``, the ``market``
    command's engine, with a fresh forecast cache: the law's multipliers are fitted to pilots on the
    public twin first. Per policy: forecast ψ̂, simulated mean ψ (and its standard error), their
    ratio, and the verdict against the target ×1.5 (goal ×1.25). For reference, the ratio of the
@@ -24,10 +24,13 @@ from pathlib import Path
 import numpy as np
 from timing import best_of
 
-from dpmarket import inline, problem
-from dpmarket.market import calibration, compare
-from dpmarket.market.law import LawForecast
-from dpmarket.scenario import POLICIES, load
+from dpmarket.data import problem
+from dpmarket.experiment import compare
+from dpmarket.markets.law import LawForecast
+from dpmarket.runs import inline
+from dpmarket.runs import pilots as calibration
+from dpmarket.scenario.loading import load
+from dpmarket.scenario.schema import POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET, GOAL = 1.5, 1.25

@@ -25,11 +25,13 @@ from pathlib import Path
 import numpy as np
 from timing import best_of
 
-from dpmarket import inline, problem
-from dpmarket.market import calibration
-from dpmarket.market.policies import settle
-from dpmarket.market.stage import sellers_of
-from dpmarket.scenario import POLICIES, load
+from dpmarket.data import problem
+from dpmarket.markets.policies import settle
+from dpmarket.markets.stage import sellers_of
+from dpmarket.runs import inline
+from dpmarket.runs import pilots as calibration
+from dpmarket.scenario.loading import load
+from dpmarket.scenario.schema import POLICIES
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL = ",".join(POLICIES)

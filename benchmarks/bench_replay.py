@@ -60,19 +60,20 @@ import numpy as np
 import simpy
 from timing import best_of
 
-from dpmarket import compiled, rng
-from dpmarket.cohort import build_owners
+from dpmarket import rng
+from dpmarket.data.problem import prepare
+from dpmarket.data.proxy import resolve_step
 from dpmarket.experiment import study, task
 from dpmarket.experiment.grid import pin_data_seed
-from dpmarket.inline import train
-from dpmarket.market.stage import settle_market
-from dpmarket.problem import prepare
-from dpmarket.replay import replay
-from dpmarket.replications import run_cell
-from dpmarket.scenario import load
-from dpmarket.schedule import capacities, network_tape
-from dpmarket.stepsize import resolve_step
-from dpmarket.training import make_learner, record_points
+from dpmarket.privacy.cohort import build_owners
+from dpmarket.replay import compiled
+from dpmarket.replay.kernel import replay
+from dpmarket.runs.inline import train
+from dpmarket.runs.pilots import market_stage
+from dpmarket.runs.replications import run_cell
+from dpmarket.scenario.loading import load
+from dpmarket.schedule.protocol import make_learner, record_points
+from dpmarket.schedule.scheduler import capacities, network_tape
 
 ROOT = Path(__file__).resolve().parent.parent
 LENDING, NY = ROOT / "scenarios" / "lending_banks.toml", ROOT / "scenarios" / "ny_hospitals.toml"
@@ -124,7 +125,7 @@ def same_computation(scenario, prepared, cell, seeds) -> float:
 
 
 FIRST_CALL = ("import time; t0 = time.perf_counter(); import numba; t1 = time.perf_counter(); "
-              "import numpy as np; from dpmarket import compiled; z = np.zeros; "
+              "import numpy as np; from dpmarket.replay import compiled; z = np.zeros; "
               "compiled.async_block(z((1, 2)), z((2, 2)), z((1, 2), dtype=np.int64), 0, (z((2, 2, 2)), "
               "z((2, 2)), z(2), z(2)), (0.1, 0.1, 0.1, 1.0, False), (z((1, 1), dtype=np.int64), "
               "np.ones(1, dtype=np.int64), z((1, 2)), z((1, 1), dtype=np.int64), z((1, 1)), "
@@ -295,7 +296,7 @@ def request_engine(quick: bool) -> dict:
     exchange against the bare SimPy model, interleaved rounds, thread CPU time."""
     scenario = pin_data_seed(load(NY))
     prepared = prepare(scenario)
-    market = settle_market(scenario, prepared)
+    market = market_stage(scenario, prepared)
     deal = (market.outcome.members, market.outcome.epsilon)
     R = 5 if quick else 20
     seeds = rng.replication_seeds(scenario.seed, R)

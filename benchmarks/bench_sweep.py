@@ -26,7 +26,7 @@ from pathlib import Path
 
 from dpmarket.experiment.study import Execution, make_plan, run_sweep
 from dpmarket.experiment.task import clear_cache
-from dpmarket.scenario import load
+from dpmarket.scenario.loading import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "lending_banks.toml"

@@ -25,7 +25,7 @@ from timing import best_of
 from dpmarket.data import build_consortium, preprocess
 from dpmarket.data.table import form_owners, parse, read, used_columns
 from dpmarket.errors import DPMarketError
-from dpmarket.scenario import load
+from dpmarket.scenario.loading import load
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "ny_counties_sparcs.toml"

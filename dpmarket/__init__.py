@@ -1,39 +1,61 @@
 """dpmarket: a simulator of private, asynchronous data collaborations.
 
-Stages, each usable alone: :mod:`dpmarket.scenario` (TOML → validated scenario),
-:mod:`dpmarket.data` (owners' records), :mod:`dpmarket.models` (losses, f, θ*, ψ),
-:mod:`dpmarket.privacy` (sensitivity, Laplace noise, accountant), :mod:`dpmarket.learner`
-(Algorithm 1 and the synchronous baselines), :mod:`dpmarket.training` (the exchange protocol),
-:mod:`dpmarket.run` and :mod:`dpmarket.output.results` (run directories).
-
-The notebook API (:mod:`dpmarket.api`, results as pandas DataFrames)::
+The notebook API, with results as pandas DataFrames (:mod:`dpmarket.api`)::
 
     import dpmarket
-    result = dpmarket.run("ny_hospitals", seed=3, overrides={"market.price": 10})
+    result = dpmarket.run("ny_hospitals", seed=3, overrides={"privacy.epsilon": 100})
     result.metrics, result.owners, result.events, result.summary
     dpmarket.replicate(...), dpmarket.sweep(...), dpmarket.market(...), dpmarket.load(...)
 
-Nothing is imported until it is used: ``import dpmarket`` stays fast.
+The packages follow the pipeline, upstream to downstream (``docs/architecture.md``):
+:mod:`~dpmarket.scenario` → :mod:`~dpmarket.learning` → :mod:`~dpmarket.data` →
+:mod:`~dpmarket.privacy` → :mod:`~dpmarket.markets` → :mod:`~dpmarket.schedule` →
+:mod:`~dpmarket.replay` → :mod:`~dpmarket.runs` → :mod:`~dpmarket.output` →
+:mod:`~dpmarket.experiment` → :mod:`~dpmarket.api` and :mod:`~dpmarket.cli`; :mod:`~dpmarket.errors`,
+:mod:`~dpmarket.rng` and :mod:`~dpmarket.system` serve them all.
+
+The API's names are loaded on first use (Scientific Python's SPEC 1, lazy loading), so
+``import dpmarket`` stays fast; ``dir(dpmarket)``, ``help(dpmarket.run)`` and static tools (through
+the ``TYPE_CHECKING`` imports below) see them as the functions they are.
 """
 
 from __future__ import annotations
 
-import importlib
+from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-__all__ = ["__version__", "load", "market", "replicate", "run", "sweep"]
+from dpmarket._version import __version__
 
-_API = ("load", "replicate", "sweep")
-_CALLABLE_MODULES = ("run", "market")  # modules that, called, are the API's run and market
+__all__ = [
+    "DPMarketError", "Replications", "Run", "Scenario", "Sweep", "MarketComparison",
+    "__version__", "load", "market", "replicate", "run", "sweep",
+]
+
+if TYPE_CHECKING:
+    from dpmarket.api import MarketComparison, Replications, Run, Sweep, load, market, replicate, run, sweep
+    from dpmarket.errors import DPMarketError
+    from dpmarket.scenario.schema import Scenario
+
+_HOMES = {
+    "load": "api", "run": "api", "replicate": "api", "sweep": "api", "market": "api",
+    "Run": "api", "Replications": "api", "Sweep": "api", "MarketComparison": "api",
+    "DPMarketError": "errors", "Scenario": "scenario",
+}
 
 
 def __getattr__(name: str):
-    """The API's names, imported on first use."""
-    if name in _API:
-        return getattr(importlib.import_module("dpmarket.api"), name)
-    if name in _CALLABLE_MODULES:
-        return importlib.import_module(f"dpmarket.{name}")
-    raise AttributeError(f"module 'dpmarket' has no attribute {name!r}")
+    """The API's names, imported on first use (and then kept as ordinary attributes)."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'dpmarket' has no attribute {name!r}")
+    if home == "api":
+        from dpmarket import api as module
+    elif home == "errors":
+        from dpmarket import errors as module
+    else:
+        from dpmarket import scenario as module
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

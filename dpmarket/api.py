@@ -3,7 +3,7 @@
 ``dpmarket.run(scenario)`` returns a :class:`Run` whose tables are pandas DataFrames with the run's
 seed in every row (as Mesa's data collectors do), so runs concatenate and group without losing
 where each row came from. A scenario is a file, the name of a bundled example
-(``"ny_hospitals"``) or a :class:`~dpmarket.scenario.Scenario`; ``seed`` and ``overrides`` (a
+(``"ny_hospitals"``) or a :class:`~dpmarket.scenario.schema.Scenario`; ``seed`` and ``overrides`` (a
 mapping ``{"privacy.epsilon": 100}`` or ``--set`` texts ``["privacy.epsilon=100"]``) are applied
 and checked exactly as on the command line. Nothing is written unless ``out`` names a directory,
 which then receives exactly what the command would write (and the tables are read from the run).
@@ -30,12 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpmarket.errors import ScenarioError
-from dpmarket.scenario import Scenario
+from dpmarket.scenario.schema import Scenario
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpmarket.run import RunResult
+    from dpmarket.runs.run import RunResult
 
 ScenarioLike = str | Path | Scenario
 Overrides = Mapping[str, Any] | Iterable[str] | None
@@ -47,7 +47,7 @@ def load(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides =
     """A validated scenario from a file, a bundled example's name or a Scenario, with ``seed`` and
     ``overrides`` applied as ``--seed`` and ``--set`` would be."""
     from dpmarket import scenario as schema
-    from dpmarket.bundled import find
+    from dpmarket.scenario.bundled import find
 
     texts = override_texts(overrides) + ([] if seed is None else [f"seed={int(seed)}"])
     if isinstance(scenario, Scenario):
@@ -130,7 +130,7 @@ def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = 
         result = run_and_write(resolved, out, progress=progress)
         table = read_events(out / "events.csv", resolved.seed) if events else None
         return _run(resolved, result, table, out)
-    from dpmarket.run import execute
+    from dpmarket.runs.run import execute
 
     if not events:
         return _run(resolved, execute(resolved, None, progress=progress), None, None)
@@ -373,7 +373,7 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     same ``replications`` seeds (the scenario's own seed for one)."""
     import pandas as pd
 
-    from dpmarket.market import compare
+    from dpmarket.experiment import compare
 
     if replications < 1 or workers < 1:
         raise ScenarioError("market", "replications" if replications < 1 else "workers",

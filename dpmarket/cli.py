@@ -8,9 +8,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from dpmarket import __version__, compiled
+from dpmarket._version import __version__
 from dpmarket.errors import DPMarketError, one_line
-from dpmarket.processes import exit_status, sigterm_as_interrupt
+from dpmarket.replay import compiled
+from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
 SCENARIO_HELP = ("a scenario file (TOML), or the name of a bundled example such as ny_hospitals "
                  "(`dpmarket scenarios` lists them)")
@@ -183,8 +184,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace):
-    from dpmarket.bundled import find
-    from dpmarket.scenario import load
+    from dpmarket.scenario.bundled import find
+    from dpmarket.scenario.loading import load
 
     overrides = list(args.overrides)
     if getattr(args, "seed", None) is not None:
@@ -200,7 +201,7 @@ def _validate(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dpmarket.output.painter import Painter
+    from dpmarket.output.figures.painter import Painter
 
     scenario = _load(args)
     # Started before the heavy imports: it loads matplotlib while the rest loads and runs.
@@ -217,22 +218,22 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
-    from dpmarket.output import timeline_plot  # deferred: matplotlib is slow to import
+    from dpmarket.output.figures import timeline as timeline_plot
 
     print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1))
     return 0
 
 
 def _forecast(args: argparse.Namespace) -> int:
-    from dpmarket.market import preview
+    from dpmarket.runs import preview
 
     print(preview.report(_load(args), args.recalibrate, progress=not args.quiet))
     return 0
 
 
 def _market(args: argparse.Namespace) -> int:
-    from dpmarket import directories
-    from dpmarket.market import compare
+    from dpmarket.experiment import compare
+    from dpmarket.output import directories
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
@@ -247,7 +248,7 @@ def _market(args: argparse.Namespace) -> int:
 
 
 def _scenarios() -> int:
-    from dpmarket.bundled import listing
+    from dpmarket.scenario.bundled import listing
 
     print(listing())
     return 0

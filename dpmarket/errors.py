@@ -94,3 +94,28 @@ class DataError(DPMarketError):
 
 class MarketError(DPMarketError):
     """A market that cannot proceed: nobody takes part, or no forecast constants are available."""
+
+
+class CalibrationError(DPMarketError, ValueError):
+    """No noise within the search range lets an owner's m answers compose to its (ε, δ); the caller
+    names the scenario key (``privacy.delta``, ``privacy.epsilon``) in the error it raises."""
+
+
+class KernelError(DPMarketError):
+    """``DPMARKET_KERNEL`` names no kernel, or names numba where it is not installed."""
+
+
+class ExecutorError(DPMarketError):
+    """Tasks that could not run (a worker died, a cluster is unreachable); finished ones are saved."""
+
+
+class ExperimentDirectoryError(RunDirectoryError):
+    """The output directory holds another experiment (or something that is not one)."""
+
+
+class CorruptTaskError(DPMarketError):
+    """A saved replication that does not belong to the experiment it sits in."""
+
+
+class TimelineError(DPMarketError):
+    """A run directory or a selection the timeline cannot work with."""

@@ -6,7 +6,7 @@ directory, so a test run leaves the checkout as it was."""
 import pytest
 from hypothesis import HealthCheck, settings
 
-from dpmarket.market.calibration import CACHE_ENV
+from dpmarket.runs.pilots import CACHE_ENV
 
 settings.register_profile(
     "dpmarket",

@@ -10,7 +10,8 @@ import numpy as np
 import tomli_w
 from scipy import stats
 
-from dpmarket.scenario import Scenario, validate
+from dpmarket.scenario.loading import validate
+from dpmarket.scenario.schema import Scenario
 
 # Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here.
 SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0}}

@@ -25,13 +25,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dpmarket.accounting import composed_epsilon, epsilon_curve, noise_multiplier
-from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.errors import ScenarioError
-from dpmarket.models import Objective, make_loss
+from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.output.results import run_and_write
-from dpmarket.privacy import ComposedLedger
+from dpmarket.privacy.accounting import composed_epsilon, epsilon_curve, noise_multiplier
+from dpmarket.privacy.cohort import build_owners, sensitivity
+from dpmarket.privacy.mechanisms import ComposedLedger
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = [(1, 5.0, 1e-5), (24, 10.0, 1e-6), (24, 1.0, 1e-6), (300, 2.0, 1e-6), (1000, 10.0, 1e-6)]
@@ -257,7 +257,7 @@ def test_basic_laplace_accounting_is_unchanged_byte_for_byte(tmp_path, case):
 
 def test_basic_laplace_runs_never_import_dp_accounting():
     code = ("import sys; sys.path.insert(0, 'tests'); from helpers import tiny; "
-            "from dpmarket.run import execute; execute(tiny()); print('dp_accounting' in sys.modules)")
+            "from dpmarket.runs.run import execute; execute(tiny()); print('dp_accounting' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -332,7 +332,7 @@ def test_gaussian_owners_clip_in_l2():
 # --- the forecast follows the calibrated noise -------------------------------------------------------
 
 def law_case(mechanism: str, accountant: str):
-    from dpmarket.problem import prepare
+    from dpmarket.data.problem import prepare
 
     scenario = tiny(data={"owners": 6, "records": [300, 500, 700, 900, 1100, 1300], "generator": "whitened"},
                     model={"intercept": False}, learner={"iterations": 200, "rho": "auto"},
@@ -348,7 +348,7 @@ def test_the_laws_noise_term_is_the_owners_calibrated_noise(mechanism, accountan
     """Per coalition, the law's Σ_i a_i share_i² Var_i equals that of the owners a run of that coalition
     builds (exact calibration; the law reads interpolated tables: 0.2 %); Theorem 1's m_i/ε_i in its
     place (a wrong input) misses by far."""
-    from dpmarket.market import law
+    from dpmarket.markets import law
 
     scenario, prepared = law_case(mechanism, accountant)
     inputs = law.build_inputs(scenario, prepared.consortium)
@@ -372,8 +372,8 @@ def test_the_laws_noise_term_is_the_owners_calibrated_noise(mechanism, accountan
 
 
 def test_prefixes_and_masks_give_the_same_composed_noise():
-    from dpmarket.market import law
-    from dpmarket.market.members import Prefixes
+    from dpmarket.markets import law
+    from dpmarket.markets.members import Prefixes
 
     scenario, prepared = law_case("laplace", "rdp")
     forecast = law.LawForecast(law.build_inputs(scenario, prepared.consortium))
@@ -389,7 +389,7 @@ def test_prefixes_and_masks_give_the_same_composed_noise():
 def test_multiplier_tables_match_the_exact_calibration():
     """The forecast's tables give z within 10⁻³ of the owners' exact calibration across three decades
     of ε; the neighbouring node (a wrong input) is 7 % off."""
-    from dpmarket.accounting import NODES_PER_DECADE, multipliers
+    from dpmarket.privacy.accounting import NODES_PER_DECADE, multipliers
 
     eps = np.geomspace(0.2, 200.0, 9)
     for mechanism, accountant in (("laplace", "rdp"), ("laplace", "pld"), ("gaussian", "basic"),
@@ -484,7 +484,7 @@ def test_a_sweep_whose_17th_cell_is_unreachable_fails_before_any_work(tmp_path):
     assert f"{path} (with --grid privacy.epsilon=0.5 privacy.delta=1e-300): privacy.epsilon = 0.5: " \
            "no laplace noise makes 60 answers compose" in done.stderr
     from dpmarket.experiment.study import make_plan
-    from dpmarket.scenario import load
+    from dpmarket.scenario.loading import load
 
     plan = make_plan("sweep", load(path), [grid[1], "privacy.delta=1e-6,1e-5,1e-4,1e-3"], 1, str(path))
     assert len(plan.cells) == 16
@@ -495,7 +495,7 @@ def test_a_sweep_whose_17th_cell_is_unreachable_fails_before_any_work(tmp_path):
 
 def test_a_market_sweep_checks_the_least_budget_a_seller_sells(tmp_path):
     """In a market the owners' ε is the market's, at least market.epsilon_min: that is the key named."""
-    from dpmarket.cohort import check_budgets
+    from dpmarket.privacy.cohort import check_budgets
 
     market = {"policy": "posted_price", "price": 1.0, "epsilon_min": 0.5, "forecast": "law",
               "costs": {"kind": "quadratic", "coef": 0.1}}
@@ -525,7 +525,8 @@ def test_a_pld_market_forecasts_a_better_model_for_the_same_budgets_and_buys_dif
     A forecast that ignores the accountant (a wrong input) forecasts basic's ψ̂. The Stackelberg
     learner, optimising on the forecast, posts another price. The comparison's summary.json, report
     and table say which accountant made the guarantee."""
-    from dpmarket.market import compare, law
+    from dpmarket.experiment import compare
+    from dpmarket.markets import law
 
     results = {a: compare.compare(market_case(a), ["posted_price", "stackelberg"], 1)
                for a in ("basic", "pld")}
@@ -535,7 +536,7 @@ def test_a_pld_market_forecasts_a_better_model_for_the_same_budgets_and_buys_dif
     assert posted["pld"].psi_forecast < 0.5 * posted["basic"].psi_forecast
 
     scenario = market_case("pld")
-    from dpmarket.problem import prepare
+    from dpmarket.data.problem import prepare
 
     prepared = prepare(scenario)
     inputs = law.build_inputs(scenario, prepared.consortium)
@@ -573,7 +574,7 @@ def test_effective_budgets_are_those_of_the_owners_calibrated_noise(mechanism, a
     variance, 2(m_iΔ/ε̃)² = (z_iΔ₂)²) with the z_i, m_i and Δ of the owners a run of the coalition
     builds (tables: 0.2 %), per coalition; Theorem 1's noise has none (ε̃ is ε itself), and ε itself
     (a wrong input) is far from ε̃ under the accountants."""
-    from dpmarket.market.forecast import effective_budgets
+    from dpmarket.markets.forecast import effective_budgets
 
     scenario, prepared = law_case(mechanism, accountant)
     noise = effective_budgets(scenario, 6)
@@ -597,7 +598,7 @@ def test_one_theorem2_fit_spans_cells_of_two_accountants(tmp_path):
     Theorem 2's one fit describes basic and PLD cells alike (RMS relative error under 0.2; PLD's ψ is
     50 times smaller at ε = 1 here); on the budgets themselves (a wrong input) it cannot (above 0.5)."""
     from dpmarket.experiment.study import Execution, make_plan, run_sweep
-    from dpmarket.market.forecast import calibrate
+    from dpmarket.markets.forecast import calibrate
 
     base = tiny(data={"owners": 3, "records": 100_000, "generator": "whitened"}, model={"intercept": False},
                 learner={"iterations": 1000}, privacy={"delta": 1e-6})
@@ -617,9 +618,9 @@ def test_theorem2_forecasts_of_a_market_read_the_calibrated_noise():
     """Explicit constants under PLD forecast with the owners' effective budgets (what a run of the
     coalition would add), and the pilots' fit recovers the constants of a ψ made of them exactly,
     where a fit on the budgets themselves (a wrong input) misses."""
-    from dpmarket.market import calibration
-    from dpmarket.market.calibration import PilotRuns, fit_theorem2
-    from dpmarket.problem import prepare
+    from dpmarket.data.problem import prepare
+    from dpmarket.runs import pilots as calibration
+    from dpmarket.runs.pilots import PilotRuns, fit_theorem2
 
     scenario = market_case("pld")
     scenario = scenario.model_copy(update={"market": scenario.market.model_copy(

@@ -1,4 +1,4 @@
-"""The notebook API: ``dpmarket.run`` / ``replicate`` / ``sweep`` / ``market`` return DataFrames with
+"""The notebook API: ``dpmarket.runs.run`` / ``replicate`` / ``sweep`` / ``market`` return DataFrames with
 the seed in every row, write files only into ``out`` (and then exactly the command's files), raise
 the project's exceptions, and ``import dpmarket`` imports nothing heavy."""
 
@@ -17,10 +17,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dpmarket
-from dpmarket import api, files, rng
+from dpmarket import api, rng
 from dpmarket.cli import main
 from dpmarket.errors import DPMarketError, ScenarioError
-from dpmarket.scenario import parse_override
+from dpmarket.scenario.overrides import parse_override
+from dpmarket.system import files
 from tests.helpers import MARKET as POSTED_PRICE
 from tests.helpers import tiny, tiny_toml
 
@@ -52,21 +53,34 @@ def leftovers(directory: Path) -> list[str]:
 # --- import ----------------------------------------------------------------------------------------
 
 def test_import_dpmarket_imports_nothing_heavy():
-    code = ("import sys, dpmarket; heavy = ('numpy', 'pandas', 'pydantic', 'scipy', 'dpmarket.run', "
+    code = ("import sys, dpmarket; heavy = ('numpy', 'pandas', 'pydantic', 'scipy', 'dpmarket.runs.run', "
             "'dpmarket.api'); print([m for m in heavy if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=ROOT).stdout
     assert out.strip() == "[]"
 
 
-def test_the_api_names_resolve_and_modules_keep_their_contents():
-    assert callable(dpmarket.run) and callable(dpmarket.market)
-    from dpmarket import run as module  # the stages are still there
-    from dpmarket.run import execute
+def test_the_api_names_are_the_functions_whatever_else_is_imported():
+    """``dpmarket.run`` and ``dpmarket.market`` are the API's functions, not modules made callable
+    (issue 23): importing the packages of runs and markets does not shadow them."""
+    import importlib
+    import inspect
+    import types
 
-    assert module.execute is execute and dpmarket.run is module
+    import dpmarket.markets.policies  # noqa: F401
+    import dpmarket.runs.run  # noqa: F401
+
+    assert dpmarket.run is api.run and dpmarket.market is api.market
     assert dpmarket.replicate is api.replicate and dpmarket.sweep is api.sweep and dpmarket.load is api.load
-    assert "overrides" in str(__import__("inspect").signature(dpmarket.run))
+    assert isinstance(dpmarket.run, types.FunctionType)
+    assert "overrides" in str(inspect.signature(dpmarket.run))
+    assert dpmarket.run.__doc__ == api.run.__doc__
+    for name in dpmarket.__all__:
+        assert getattr(dpmarket, name) is not None, name
+    callable_modules = [name for name, module in list(__import__("sys").modules.items())
+                        if name.startswith("dpmarket") and callable(module)]
+    assert callable_modules == []
+    assert importlib.import_module("dpmarket.runs.run").execute  # the modules keep their contents
     with pytest.raises(AttributeError):
         dpmarket.nothing_here  # noqa: B018
 

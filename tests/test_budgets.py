@@ -14,7 +14,7 @@ import pytest
 
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
-from dpmarket.scenario import load, validate
+from dpmarket.scenario.loading import load, validate
 from tests.helpers import MARKET, market_toml, tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,11 +105,11 @@ def test_the_quickstart_header_suggests_only_commands_that_do_what_they_say():
     raised = [c for c in commands if "--set" in c][0]
     assert raised[raised.index("--set") + 1] == "market.price=10"
     # "buys eps = 100 (50 for the two cautious hospitals)": the market, settled, says so too
-    from dpmarket.market.stage import settle_market
-    from dpmarket.problem import prepare
+    from dpmarket.data.problem import prepare
+    from dpmarket.runs.pilots import market_stage
 
     s = load(NY, ["market.price=10"])
-    eps = settle_market(s, prepare(s)).outcome.epsilon
+    eps = market_stage(s, prepare(s)).outcome.epsilon
     assert np.allclose(eps[:2], 50.0) and np.allclose(eps[2:], 100.0)
     with pytest.raises(ScenarioError, match="privacy.epsilon"):  # and what the header says is refused is
         load(NY, ["privacy.epsilon=100"])

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dpmarket import bundled
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
-from dpmarket.scenario import load
+from dpmarket.scenario import bundled
+from dpmarket.scenario.loading import load
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,9 +9,9 @@ import shlex
 import pytest
 from helpers import market_toml
 
-from dpmarket.bundled import find
 from dpmarket.cli import EXAMPLES, _parser, main
-from dpmarket.scenario import load
+from dpmarket.scenario.bundled import find
+from dpmarket.scenario.loading import load
 
 COMMANDS = ("run", "sweep", "validate", "timeline", "forecast", "market", "scenarios")
 TAKES_SCENARIO = ("run", "sweep", "validate", "forecast", "market")

@@ -1,4 +1,4 @@
-"""The compiled replay kernel (:mod:`dpmarket.compiled`, extra ``fast``) and its switch.
+"""The compiled replay kernel (:mod:`dpmarket.replay.compiled`, extra ``fast``) and its switch.
 
 With numba installed, the replay with ``DPMARKET_KERNEL=numba`` must give the numpy replay's models
 (θ_L at every recorded k, each replication's last) and ψ within 10⁻¹² relative, on every case the
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarket import compiled
-from dpmarket import replay as replay_module
 from dpmarket.cli import main
-from dpmarket.replications import run_cell
-from dpmarket.tape import CHUNK
+from dpmarket.replay import compiled
+from dpmarket.replay import kernel as replay_module
+from dpmarket.runs.replications import run_cell
+from dpmarket.schedule.tape import CHUNK
 from tests.helpers import tiny_toml
 from tests.test_replay import SEEDS, deal, setup
 

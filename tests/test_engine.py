@@ -4,7 +4,7 @@ Forced-timing tests make the timing certain with outage windows and fast clocks:
 clock rate 50–1000 that comes back online at time t ticks within a few milliseconds, so its
 request time is known to within far less than the transmission times used. Replay tests check
 random runs against an independent re-derivation of the documented semantics (module docstring
-of :mod:`dpmarket.sim.engine`) from the ticks and availability changes in ``events.csv``.
+of :mod:`dpmarket.schedule.sim.engine`) from the ticks and availability changes in ``events.csv``.
 Statistical tests against closed-form theory are in ``test_engine_theory.py``.
 """
 
@@ -28,15 +28,16 @@ import pytest
 import simpy
 import tomli_w
 
-from dpmarket import privacy
 from dpmarket.errors import ScenarioError
-from dpmarket.events import COLUMNS
 from dpmarket.output.results import write_owners
+from dpmarket.privacy import mechanisms as privacy
 from dpmarket.rng import in_blocks, stream
-from dpmarket.run import execute
-from dpmarket.scenario import Scenario, load, validate
-from dpmarket.sim import availability as avail
-from dpmarket.sim import exchange
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import load, validate
+from dpmarket.scenario.schema import Scenario
+from dpmarket.schedule.events import COLUMNS
+from dpmarket.schedule.sim import availability as avail
+from dpmarket.schedule.sim import exchange
 
 INF = float("inf")
 BASE = {"name": "engine", "seed": 11, "data": {"owners": 1, "records": 200, "features": 2},
@@ -733,7 +734,8 @@ def test_same_seed_same_bytes_in_another_process(tmp_path):
     raw = table(DETERMINISM[0][0], owners=DETERMINISM[0][1])
     here, there = tmp_path / "here.csv", tmp_path / "there.csv"
     execute(validate(raw, "test"), here)
-    code = ("import json, sys; from dpmarket.scenario import validate; from dpmarket.run import execute; "
+    code = ("import json, sys; from dpmarket.scenario import validate; "
+            "from dpmarket.runs.run import execute; "
             "execute(validate(json.loads(sys.argv[1]), 'test'), sys.argv[2])")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     subprocess.run([sys.executable, "-c", code, json.dumps(raw), str(there)], check=True, env=env)
@@ -763,7 +765,7 @@ def record_noise(monkeypatch) -> dict[int, list[np.ndarray]]:
 def test_network_settings_change_neither_data_nor_the_noise_of_each_answer(monkeypatch, network):
     # the runs exchange by exchange, whose owners draw their own noise (a network run is replayed
     # by default, with the same draws: tests/test_replay.py)
-    monkeypatch.setattr("dpmarket.run.batched", lambda scenario, replications: False)
+    monkeypatch.setattr("dpmarket.runs.run.batched", lambda scenario, replications: False)
     draws = record_noise(monkeypatch)
     base = execute(build({"mode": "request"}, owners=4, iterations=300))
     other = execute(build(network, owners=4, iterations=300))
@@ -908,7 +910,7 @@ def test_drain_processes_events_as_simpy_run_does():
     """stage.drain is SimPy's run()/step() loop: the same events in the same order, the same clock,
     a stop between two events leaving the stopping event's other callbacks for the next call, a
     failed event raising; a drain that did nothing different from run() cannot fail here."""
-    from dpmarket.sim.stage import drain
+    from dpmarket.schedule.sim.queue import drain
 
     runs = []
     for loop in (lambda env: env.run(), drain):

@@ -14,9 +14,9 @@ import simpy
 from helpers import chi2_accepts, ks_accepts, mean_within, proportion_within, tiny
 from scipy import stats
 
-from dpmarket.run import execute
-from dpmarket.sim import availability as avail
-from dpmarket.sim.channel import Channel
+from dpmarket.runs.run import execute
+from dpmarket.schedule.sim import availability as avail
+from dpmarket.schedule.sim.channel import Channel
 
 
 def exchange_counts(owners: list[dict], n_owners: int, updates: int, network: dict) -> np.ndarray:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from dpmarket.events import _BLOCK, EventLog
+from dpmarket.schedule.events import _BLOCK, EventLog
 
 
 def rows(count: int) -> list[tuple]:

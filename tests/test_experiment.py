@@ -25,9 +25,9 @@ from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
 from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
 from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
 from dpmarket.experiment.task import Task, data_key, run_task
-from dpmarket.market.forecast import calibrate
-from dpmarket.output import sweep_plots
-from dpmarket.run import execute
+from dpmarket.markets.forecast import calibrate
+from dpmarket.output.figures import sweep as sweep_plots
+from dpmarket.runs.run import execute
 
 GRID = ["privacy.epsilon=1,10", "data.records=200,400"]
 SWEEP_FILES = ("sweep.csv", "sweep_owners.csv")

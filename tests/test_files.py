@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_toml
 
-from dpmarket import files
+from dpmarket.system import files
 
 TINY = tiny_toml()
 

@@ -1,4 +1,4 @@
-"""The forecast law (dpmarket/market/law.py) against simulation: on the 10-bank market, on coalitions
+"""The forecast law (dpmarket/markets/law.py) against simulation: on the 10-bank market, on coalitions
 the pilots never saw, without noise; that pilots never read the owners' records; bad input.
 
 Each accuracy check is also run with a deliberately wrong law (the N+1 copies counted as N, or
@@ -14,14 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarket import cohort, inline, problem, run
 from dpmarket.cli import main
-from dpmarket.data.proxy import summarise
+from dpmarket.data import problem
+from dpmarket.data.proxy import resolve_step, summarise
 from dpmarket.errors import ScenarioError
-from dpmarket.market import calibration, compare, law
-from dpmarket.market.law import LawForecast, build_inputs
-from dpmarket.scenario import POLICIES, load, validate
-from dpmarket.stepsize import resolve_step
+from dpmarket.experiment import compare
+from dpmarket.markets import law
+from dpmarket.markets.law import LawForecast, build_inputs
+from dpmarket.privacy import cohort
+from dpmarket.runs import inline, run
+from dpmarket.runs import pilots as calibration
+from dpmarket.scenario.loading import load, validate
+from dpmarket.scenario.schema import POLICIES
 from tests.helpers import tiny
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -288,8 +292,8 @@ def test_learners_the_law_does_not_describe_fall_back_to_theorem_two(tmp_path):
 
 def test_prefixes_of_orders_are_forecast_like_the_same_coalitions_as_masks(banks):
     """Sampled Shapley values hand the forecast running sums along orders: the same ψ̂ as masks."""
-    from dpmarket.market.forecast import Forecast
-    from dpmarket.market.members import Prefixes
+    from dpmarket.markets.forecast import Forecast
+    from dpmarket.markets.members import Prefixes
 
     _, law_forecast, prepared, _ = banks
     sizes, gen = prepared.consortium.sizes, np.random.default_rng(5)

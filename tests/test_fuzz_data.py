@@ -28,10 +28,10 @@ from hypothesis.extra.numpy import arrays
 from dpmarket.data import magnitudes, table
 from dpmarket.data.table import read
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.models import OwnerData, make_loss
-from dpmarket.owners import DataOwner, answer_bound
-from dpmarket.run import execute
-from dpmarket.scenario import validate
+from dpmarket.learning.objective import OwnerData, make_loss
+from dpmarket.privacy.owners import DataOwner, answer_bound
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import validate
 
 COLUMNS = ["a", "b", "c", "d"]
 ROWS, HOLDOUT = 24, 8  # two owners of 8 rows, then 8 public rows

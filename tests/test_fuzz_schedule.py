@@ -23,8 +23,9 @@ from dpmarket.experiment.tables import owner_rows as replicated_owner_rows
 from dpmarket.experiment.task import Task, run_task
 from dpmarket.output.results import write_run
 from dpmarket.output.summary import owner_rows
-from dpmarket.run import execute
-from dpmarket.scenario import POLICIES, validate
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import validate
+from dpmarket.scenario.schema import POLICIES
 
 EVENTS_PER_UPDATE = 400  # a generous bound on the events a finished run may log per planned update
 

@@ -7,9 +7,9 @@ import pytest
 from helpers import chi2_accepts, ks_accepts, tiny
 from scipy import stats
 
-from dpmarket.cohort import build_owners
-from dpmarket.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
-from dpmarket.run import execute
+from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
+from dpmarket.privacy.cohort import build_owners
+from dpmarket.runs.run import execute
 
 
 def reference_algorithm_1(sizes, p, T, rho, lam, tmax, owners, answers, central="printed"):
@@ -116,8 +116,8 @@ def test_capped_budgets_refuse_and_stop_the_run():
 
 def test_inter_exchange_times_are_exponential():
     """KS against Exp(N) on the event times of a run; a rate off by 25% is rejected."""
-    from dpmarket.events import EventLog
-    from dpmarket.training import Training, make_learner, run_uniform
+    from dpmarket.schedule.events import EventLog
+    from dpmarket.schedule.protocol import Training, make_learner, run_uniform
 
     scenario = tiny(data={"owners": 4, "records": 40, "features": 1}, learner={"iterations": 4000})
     result = execute(scenario)

@@ -17,14 +17,14 @@ import pytest
 from helpers import tiny, tiny_toml
 
 from dpmarket.cli import main
-from dpmarket.cohort import build_owners
 from dpmarket.data import build_consortium, magnitudes
+from dpmarket.data.problem import prepare
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.models import OwnerData, make_loss
-from dpmarket.owners import LAPLACE_TAIL, DataOwner
-from dpmarket.problem import prepare
-from dpmarket.run import execute
-from dpmarket.scenario import validate
+from dpmarket.learning.objective import OwnerData, make_loss
+from dpmarket.privacy.cohort import build_owners
+from dpmarket.privacy.owners import LAPLACE_TAIL, DataOwner
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import validate
 
 TINY = tiny_toml()
 
@@ -118,7 +118,7 @@ def test_labels_that_leave_nothing_to_fit_name_the_column_and_were_a_zero_divisi
         prepare(_table(path))
     # The deliberately wrong input: without the check every ψ is 0/0 — NaN for the owners' own
     # models, and a ZeroDivisionError traceback at the first metric point of training.
-    monkeypatch.setattr("dpmarket.problem.check_optimum", lambda *args: None)
+    monkeypatch.setattr("dpmarket.data.problem.check_optimum", lambda *args: None)
     with np.errstate(all="ignore"):
         assert np.isnan(prepare(_table(path)).own_psi).all()
     with np.errstate(all="ignore"), pytest.raises(ZeroDivisionError):
@@ -179,7 +179,7 @@ def test_an_override_naming_another_table_owner_is_refused(tmp_path):
 def test_without_the_check_a_trace_binds_a_duplicated_name_to_one_owner_silently(tmp_path):
     """The deliberately wrong input: given two owners called 'north', a trace's interval for
     'north' goes to the last of them only; the check refuses such names before any trace is read."""
-    from dpmarket.sim.availability import read_trace
+    from dpmarket.schedule.sim.availability import read_trace
 
     trace = tmp_path / "trace.csv"
     trace.write_text("owner,start,end\nnorth,0,5\n")

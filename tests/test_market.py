@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import optimize
 
-from dpmarket.market.costs import Cost
-from dpmarket.market.forecast import Forecast, calibrate
+from dpmarket.markets.costs import Cost
+from dpmarket.markets.forecast import Forecast, calibrate
 
 
 @pytest.mark.parametrize("kind", ["linear", "quadratic", "exponential"])

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from dpmarket.cli import main
-from dpmarket.roster import Roster
-from dpmarket.scenario import POLICIES
+from dpmarket.scenario.schema import POLICIES
+from dpmarket.schedule.roster import Roster
 from tests.helpers import EVERY_LEVER, tiny
 
 # Four owners from privacy-indifferent (c = 0.05) to very averse (c = 10), a budget of 5 and

@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 
 from dpmarket.cli import main
 from dpmarket.errors import MarketError
-from dpmarket.market.costs import Cost
-from dpmarket.market.timeseries import market_series
+from dpmarket.markets.costs import Cost
 from dpmarket.output.summary import owner_rows
-from dpmarket.replications import batched, replayable
-from dpmarket.run import execute
+from dpmarket.output.timeseries import market_series
+from dpmarket.runs.replications import batched, replayable
+from dpmarket.runs.run import execute
 from tests.helpers import tiny
 
 MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
@@ -261,7 +261,7 @@ def test_dynamic_runs_are_never_replayed():
 
 
 def test_a_static_scenario_file_does_not_mention_the_market_in_time():
-    from dpmarket.scenario import DYNAMIC_KEYS
+    from dpmarket.scenario.schema import DYNAMIC_KEYS
 
     assert not set(DYNAMIC_KEYS) & set(scenario().resolved_table()["market"])
     assert set(DYNAMIC_KEYS) <= set(scenario(mode="dynamic").resolved_table()["market"])

@@ -10,12 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpmarket import cohort, problem, run
 from dpmarket.cli import main
+from dpmarket.data import problem
 from dpmarket.errors import ScenarioError
-from dpmarket.market import calibration, compare
-from dpmarket.market.forecast import Forecast, calibrate
+from dpmarket.experiment import compare
+from dpmarket.markets.forecast import Forecast, calibrate
 from dpmarket.output.summary import owner_rows, summary
+from dpmarket.privacy import cohort
+from dpmarket.runs import pilots as calibration
+from dpmarket.runs import run
 from tests.helpers import MARKET as POSTED_PRICE
 from tests.helpers import budgeted_market_toml, tiny
 
@@ -48,7 +51,7 @@ def test_bad_market_keys_are_scenario_errors_naming_the_key(change, key):
 
 
 def test_cost_coefficients_are_drawn_per_owner_and_overridable():
-    from dpmarket.market.sellers import cost_coefficients
+    from dpmarket.markets.sellers import cost_coefficients
 
     s = market_scenario(owners=[{"cost_coef": 7.0}], costs={"coef": 0.5, "distribution": "lognormal",
                                                              "sigma": 1.0})
@@ -284,7 +287,7 @@ def test_forecast_command_prints_psi_and_each_owners_verdict(tmp_path, capsys):
 
 
 def test_market_scenarios_validate():
-    from dpmarket.scenario import load
+    from dpmarket.scenario.loading import load
 
     root = Path(__file__).resolve().parents[1] / "scenarios"
     banks = load(root / "banks_market.toml")

@@ -8,7 +8,7 @@ from helpers import tiny
 from scipy import optimize
 
 from dpmarket.data import build_consortium
-from dpmarket.models import Objective, OwnerData, SquaredStats, hinge_duality_gap, make_loss
+from dpmarket.learning.objective import Objective, OwnerData, SquaredStats, hinge_duality_gap, make_loss
 
 
 def records(n=400, p=3, classify=False, seed=0):

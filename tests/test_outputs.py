@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from helpers import tiny_toml, wait_for
 
-from dpmarket import files
 from dpmarket.cli import main
 from dpmarket.errors import RunDirectoryError
 from dpmarket.experiment import study
 from dpmarket.output import results
+from dpmarket.system import files
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}

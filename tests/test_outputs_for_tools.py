@@ -12,9 +12,9 @@ from helpers import budgeted_market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
-from dpmarket.events import KINDS
 from dpmarket.output.results import run_and_write
-from dpmarket.timeline import load_run, owner_table
+from dpmarket.output.timeline import load_run, owner_table
+from dpmarket.schedule.events import KINDS
 
 README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
 

@@ -8,11 +8,11 @@ from math import factorial
 import numpy as np
 import pytest
 
-from dpmarket.market import policies as pm
-from dpmarket.market.costs import KINDS, Cost
-from dpmarket.market.forecast import Forecast
-from dpmarket.market.sellers import Sellers
-from dpmarket.scenario import Market
+from dpmarket.markets import policies as pm
+from dpmarket.markets.costs import KINDS, Cost
+from dpmarket.markets.forecast import Forecast
+from dpmarket.markets.sellers import Sellers
+from dpmarket.scenario.schema import Market
 
 COEF = np.array([0.5, 1.0, 2.0, 4.0, 1.5, 3.0])
 RECORDS = np.array([1e4, 2e4, 3e4, 1e4, 5e3, 4e4])

@@ -9,11 +9,11 @@ import pytest
 from helpers import clip_l1, ks_accepts, mean_within, tiny
 from scipy import stats
 
-from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.errors import BudgetExhaustedError
-from dpmarket.models import Objective, make_loss
-from dpmarket.privacy import Accountant, LaplaceNoise, answer_cap
+from dpmarket.learning.objective import Objective, make_loss
+from dpmarket.privacy.cohort import build_owners, sensitivity
+from dpmarket.privacy.mechanisms import Accountant, LaplaceNoise, answer_cap
 
 
 def owner_noise(scale_factor: float = 1.0, answers: int = 4000) -> tuple[np.ndarray, float]:
@@ -66,7 +66,7 @@ def test_capped_split_uses_the_binomial_quantile():
 def test_binomial_quantile_is_scipys(n):
     """The numpy quantile equals scipy.stats.binom.ppf over shares and levels (and a shifted level,
     a deliberately wrong input, gives another answer somewhere)."""
-    from dpmarket.privacy import binomial_quantile
+    from dpmarket.privacy.mechanisms import binomial_quantile
 
     shares, levels = [1e-4, 0.01, 1 / 86, 0.1, 0.5, 4 / 7, 0.99], [0.5, 0.9, 0.99, 0.999, 0.9999]
     pairs = [(q, p) for q in levels for p in shares]

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 import numpy as np
 from helpers import tiny, wait_for
 
-from dpmarket import progress
-from dpmarket.problem import prepare
+from dpmarket.data.problem import prepare
+from dpmarket.system import progress
 
 
 class FakeTerminal(io.StringIO):

@@ -17,18 +17,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dpmarket import replay as replay_module
-from dpmarket import schedule as schedule_module
-from dpmarket.cohort import build_owners, member_view
-from dpmarket.events import EventLog
+from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
-from dpmarket.inline import train
-from dpmarket.market.stage import settle_market
-from dpmarket.problem import prepare
-from dpmarket.replications import run_cell
-from dpmarket.schedule import capacities, log_tape, network_tape
-from dpmarket.tape import CHUNK
-from dpmarket.training import record_points
+from dpmarket.privacy.cohort import build_owners, member_view
+from dpmarket.replay import kernel as replay_module
+from dpmarket.runs.inline import train
+from dpmarket.runs.pilots import market_stage
+from dpmarket.runs.replications import run_cell
+from dpmarket.schedule import scheduler as schedule_module
+from dpmarket.schedule.events import EventLog
+from dpmarket.schedule.protocol import record_points
+from dpmarket.schedule.scheduler import capacities, log_tape, network_tape
+from dpmarket.schedule.tape import CHUNK
 from tests.helpers import saved_replications, tiny
 
 RELATIVE = 1e-12
@@ -102,7 +102,7 @@ class Recording:
 def setup(case: str):
     scenario = pin_data_seed(tiny(**CASES[case]))
     prepared = prepare(scenario)
-    market = settle_market(scenario, prepared) if scenario.market is not None else None
+    market = market_stage(scenario, prepared) if scenario.market is not None else None
     return scenario, prepared, market
 
 
@@ -338,7 +338,7 @@ def test_experiments_are_byte_identical_replayed_or_simulated(kind, tmp_path, mo
 def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_path, monkeypatch):
     """The forecast's pilots (each budget and subset's replications one cell) and the policies' runs of
     ``market`` give, replayed, the numbers of the runs exchange by exchange; a wrong kernel does not."""
-    from dpmarket.market import compare
+    from dpmarket.experiment import compare
 
     base = tiny(data={"owners": 4, "records": 400}, owners=[{"cost_coef": c} for c in (0.05, 0.5, 10.0, 0.2)],
                 market={**MARKET, "budget": 5.0, "forecast": "law",
@@ -349,9 +349,10 @@ def test_market_pilots_and_policy_runs_are_replayed_with_the_inline_numbers(tmp_
         return c.forecast, [r.psi.tolist() for r in c.results]
 
     replayed = outcome("replayed")
-    monkeypatch.setattr("dpmarket.market.calibration.batched", lambda scenario, n: False)  # the pilots'
-    monkeypatch.setattr("dpmarket.market.simulate.batched", lambda scenario, n: False)  # the policies'
-    monkeypatch.setattr("dpmarket.replications.replay", None)  # the inline path must not reach the kernel
+    monkeypatch.setattr("dpmarket.runs.pilots.batched", lambda scenario, n: False)  # the pilots'
+    monkeypatch.setattr("dpmarket.experiment.policy_runs.batched", lambda scenario, n: False)  # the policies'
+    # the inline path must not reach the kernel
+    monkeypatch.setattr("dpmarket.runs.replications.replay", None)
     inline = outcome("inline")
     monkeypatch.undo()
     assert replayed == inline and [len(p) for p in replayed[1]] == [4, 4]

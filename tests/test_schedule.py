@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpmarket import sequence
 from dpmarket.cli import main
-from dpmarket.output.plots import RunFigures, _cell_counts
+from dpmarket.output.figures.run import RunFigures, _cell_counts
 from dpmarket.rng import stream
-from dpmarket.run import execute
-from dpmarket.training import record_points
+from dpmarket.runs.run import execute
+from dpmarket.schedule import sequence
+from dpmarket.schedule.protocol import record_points
 from tests.helpers import chi2_accepts, ks_accepts, tiny
 from tests.test_engine import build, run
 

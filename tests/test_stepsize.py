@@ -8,15 +8,15 @@ import pytest
 from helpers import tiny
 from scipy import stats
 
-from dpmarket.cohort import build_owners, sensitivity
 from dpmarket.data import build_consortium
-from dpmarket.data.proxy import floor_terms, public_info, twin_seed
+from dpmarket.data.problem import prepare
+from dpmarket.data.proxy import floor_terms, public_info, resolve_step, twin_seed
 from dpmarket.errors import ScenarioError
-from dpmarket.models import OwnerData, clip_margins, make_loss
-from dpmarket.problem import prepare
-from dpmarket.run import execute
-from dpmarket.scenario import validate
-from dpmarket.stepsize import STABILITY_LIMIT, auto_rho, floor_law, resolve_step, stability_number
+from dpmarket.learning.objective import OwnerData, clip_margins, make_loss
+from dpmarket.learning.stepsize import STABILITY_LIMIT, auto_rho, floor_law, stability_number
+from dpmarket.privacy.cohort import build_owners, sensitivity
+from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import validate
 
 
 def whitened(owners: int, iterations: int, rho, seed: int = 1, **sections) -> object:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpmarket.output.sweep_plots import (
+from dpmarket.output.figures.sweep import (
     band,
     collaboration_grid,
     draw_band,

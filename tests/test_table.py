@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 
 from dpmarket.cli import main
-from dpmarket.cohort import sensitivity
 from dpmarket.data import build_consortium
 from dpmarket.data.table import load_owners
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.models import make_loss
-from dpmarket.scenario import load, validate
+from dpmarket.learning.objective import make_loss
+from dpmarket.privacy.cohort import sensitivity
+from dpmarket.scenario.loading import load, validate
 
 SITES = {"A": 80, "B": 50, "C": 30, "D": 10}  # private rows per site, interleaved in the file
 HOLDOUT = 40

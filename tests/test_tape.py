@@ -16,17 +16,17 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from dpmarket import replay as replay_module
-from dpmarket import replications as replications_module
-from dpmarket import run as run_module
-from dpmarket import schedule as schedule_module
+from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
 from dpmarket.output import results
-from dpmarket.problem import prepare
-from dpmarket.replications import run_cell
-from dpmarket.schedule import IdealSchedules, NetworkSchedule, Recorder
-from dpmarket.tape import Chunk, Tape
-from dpmarket.training import record_points
+from dpmarket.replay import kernel as replay_module
+from dpmarket.runs import replications as replications_module
+from dpmarket.runs import run as run_module
+from dpmarket.runs.replications import run_cell
+from dpmarket.schedule import scheduler as schedule_module
+from dpmarket.schedule.protocol import record_points
+from dpmarket.schedule.scheduler import IdealSchedules, NetworkSchedule, Recorder
+from dpmarket.schedule.tape import Chunk, Tape
 from tests.helpers import tiny
 from tests.test_replay import CASES, STALE, deal, mismatches, setup
 
@@ -147,10 +147,10 @@ def test_a_finished_schedule_frees_its_engine_without_the_cyclic_collector():
     """Once a network schedule has handed out its last chunk, its engine is taken apart: its stages,
     availability chains and exchanges' state are freed by reference counting, not left as cyclic
     garbage (a batch of replications would pile up thousands of objects per run until a collection)."""
-    from dpmarket.sim.availability import Alternating
-    from dpmarket.sim.engine import Engine
-    from dpmarket.sim.exchange import Requests
-    from dpmarket.sim.stage import Stage
+    from dpmarket.schedule.sim.availability import Alternating
+    from dpmarket.schedule.sim.engine import Engine
+    from dpmarket.schedule.sim.exchange import Requests
+    from dpmarket.schedule.sim.queue import Stage
 
     network = {"mode": "request", "clock_rate": 2.0, "transmission_time": 0.05, "latency": 0.02,
                "dropout": {"mean_online": 5.0, "mean_offline": 1.0}}

@@ -17,14 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpmarket import owners as owners_module
 from dpmarket import rng as streams
-from dpmarket.cohort import build_owners
 from dpmarket.data import build_consortium
-from dpmarket.events import EventLog
-from dpmarket.models import Objective, make_loss
-from dpmarket.scenario import validate
-from dpmarket.training import Training, make_learner, run_uniform
+from dpmarket.learning.objective import Objective, make_loss
+from dpmarket.privacy import owners as owners_module
+from dpmarket.privacy.cohort import build_owners
+from dpmarket.scenario.loading import validate
+from dpmarket.schedule.events import EventLog
+from dpmarket.schedule.protocol import Training, make_learner, run_uniform
 
 REPLICATIONS = 24
 SEEDS = range(100, 100 + REPLICATIONS)

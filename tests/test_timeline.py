@@ -10,9 +10,9 @@ import pytest
 from helpers import tiny
 
 from dpmarket.cli import main
+from dpmarket.output.figures.timeline import write as report
 from dpmarket.output.results import run_and_write
-from dpmarket.output.timeline_plot import write as report
-from dpmarket.timeline import TimelineError, load_run, output_name, owner_table, select_owners
+from dpmarket.output.timeline import TimelineError, load_run, output_name, owner_table, select_owners
 
 EVENTS = """time,kind,owner,k,epsilon_spent,channel,detail
 0.5,tick,0,,,0,
@@ -110,7 +110,7 @@ def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
 
 def test_heat_maps_group_owners_instead_of_dropping_some(tmp_path):
     """300 owners → 100 rows of 3 consecutive owners; a row's offline share averages its owners."""
-    from dpmarket.output import timeline_plot
+    from dpmarket.output.figures import timeline as timeline_plot
 
     n = 300
     pd.DataFrame({"time": [0.0, 0.0, 5.0, 10.0], "kind": ["dropout", "dropout", "reconnect", "update"],

@@ -14,10 +14,10 @@ from matplotlib.axes import Axes
 
 from dpmarket.cli import main
 from dpmarket.experiment.study import Execution, make_plan, run_sweep
-from dpmarket.output import plots
+from dpmarket.output.figures import run as plots
 from dpmarket.output.results import figure_data, run_and_write
 from dpmarket.output.summary import summary
-from dpmarket.run import execute
+from dpmarket.runs.run import execute
 from tests.helpers import MARKET, tiny
 
 # ρ = 1 and T = 300 keep the tiny owners' copies stable (no curvature warning); only ε then
@@ -177,7 +177,7 @@ def test_in_a_market_run_the_warning_names_the_markets_lever(policy):
     """A market scenario refuses privacy.epsilon, so the advice names the key that buys budgets."""
     from dpmarket.output.console import yardstick_warning
     from dpmarket.output.report import yardstick_text
-    from dpmarket.scenario import BUDGET_KEYS
+    from dpmarket.scenario.checks import BUDGET_KEYS
 
     warning = yardstick_warning(0.6, 0.5, policy)
     assert "privacy.epsilon" not in warning and BUDGET_KEYS[policy] in warning and repr(policy) in warning

@@ -15,8 +15,8 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.data import magnitudes, synthetic
 from dpmarket.errors import ScenarioError
-from dpmarket.models import OwnerData
-from dpmarket.scenario import Scenario
+from dpmarket.learning.objective import OwnerData
+from dpmarket.scenario.schema import Scenario
 
 PARALLEL_FROM_MEAN_SIZE = 5_000
 

@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.models import OwnerData, make_loss
+from dpmarket.learning.objective import OwnerData, make_loss
 
 ROOM = 1e300  # largest magnitude a derived bound may reach (the largest float is 1.8e308)
 CONDITION = 1e-14  # smallest 2λ / curvature of the data term: f's condition number stays ≤ 1e14

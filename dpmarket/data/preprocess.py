@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from dpmarket.errors import DataError
-from dpmarket.scenario import Table
+from dpmarket.scenario.schema import Table
 
 TINY = 1e-12  # variances below this carry no information (a constant column or component)
 

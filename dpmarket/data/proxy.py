@@ -16,6 +16,8 @@ owners' sizes, which are public in dpmarket:
 one owner's curvature, the eigenvalues of f's Hessian with the floor law's weights and f*, the
 per-example gradient norms at the proxy's optimum (for the clip bound), and how far each proxy
 owner's own optimum lies from the proxy's (for the market's forecast of a coalition's bias).
+:func:`resolve_step` derives a run's step ρ = "auto" from it (:mod:`dpmarket.learning.stepsize`
+has the formulas).
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ import numpy as np
 from dpmarket.data.consortium import Consortium, build_consortium, keeps_records
 from dpmarket.data.synthetic import owner_sizes
 from dpmarket.errors import ScenarioError
-from dpmarket.models import Objective, OwnerData, make_loss
-from dpmarket.scenario import Scenario
+from dpmarket.learning.objective import Objective, OwnerData, make_loss
+from dpmarket.learning.stepsize import StepSize, auto_rho, stability_number
+from dpmarket.scenario.schema import Scenario
 
 TWIN_KEY = 0x7477696E  # "twin": mixed into the data seed to draw the public twin
 # Records per owner of the twin that PublicInfo summarises: curvatures and gradient-norm quantiles
@@ -260,3 +263,38 @@ def _holdout_summary(scenario: Scenario, consortium: Consortium, owners: bool) -
         split = Objective(whole.loss, _holdout_owners(scenario, consortium).owners, m.regularization,
                           m.theta_max)
     return summarise(f"public hold-out ({block.shape[1]:,} rows)", whole, split)
+
+
+# --- the learner's step from public information -------------------------------------------------
+
+def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
+    """The step of a run whose participants have ``sizes``: the given ρ, or "auto"'s."""
+    lr, lam = scenario.learner, scenario.model.regularization
+    if lr.iterations * lr.iterations * 2.0 * lam < 1e-300:  # T²σ underflows: no step is finite
+        raise ScenarioError(scenario.source, "model.regularization", lam,
+                            "so small that T²σ underflows: Algorithm 1's steps ρ/(T²σ) are not finite")
+    if lr.rho != "auto":  # no proxy: its stability is the oracle step_curvature_max of the run
+        check_steps(scenario, float(lr.rho), len(sizes))
+        return StepSize(float(lr.rho), "given", None)
+    N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
+    info = public_info(scenario, consortium)  # "auto" is refused for the hinge loss
+    curvature, h_min = info.owner_curvature, float(info.eigenvalues[0])
+    rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
+    if not (np.isfinite(rho) and rho > 0):
+        raise ScenarioError(scenario.source, "learner.rho", "auto",
+                            f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
+                            f"eigenvalue {h_min!r}): give a number")
+    check_steps(scenario, rho, N)
+    source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
+              f"from the {info.source}")
+    return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+
+
+def check_steps(scenario, rho: float, owners: int) -> None:
+    """Refuse a ρ whose owner step Nρ/(T²σ) is not a finite positive number (T²σ itself is checked
+    first, so what is left to blame is ρ)."""
+    lr = scenario.learner
+    step = owners * rho / (lr.iterations * lr.iterations * 2.0 * scenario.model.regularization)
+    if not (np.isfinite(step) and step > 0):
+        raise ScenarioError(scenario.source, "learner.rho", rho,
+                            f"makes the owners' step Nρ/(T²σ) = {step!r}, not a finite positive number")

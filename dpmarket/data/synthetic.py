@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import rng as streams
-from dpmarket.scenario import LognormalSizes, ParetoSizes, Scenario, UniformSizes
+from dpmarket.scenario.schema import LognormalSizes, ParetoSizes, Scenario, UniformSizes
 
 
 @dataclass(frozen=True)

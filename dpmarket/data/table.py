@@ -26,7 +26,7 @@ from dpmarket.data import preprocess
 from dpmarket.data.magnitudes import ROOM
 from dpmarket.data.preprocess import Columns, PublicTransform
 from dpmarket.errors import DataError, ScenarioError
-from dpmarket.scenario import Scenario, Table
+from dpmarket.scenario.schema import Scenario, Table
 
 CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.bz2", ".csv.xz", ".csv.zip")
 PARQUET_SUFFIXES = (".parquet", ".pq")

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpmarket import files
 from dpmarket.errors import DPMarketError
-from dpmarket.experiment import console, store
+from dpmarket.experiment import store
 from dpmarket.experiment.study import Execution, Plan, make_plan, run_replications, run_sweep
-from dpmarket.scenario import Scenario
+from dpmarket.output import console
+from dpmarket.scenario.schema import Scenario
+from dpmarket.system import files
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class Job:
 
 def default_out(plan: Plan) -> Path:
     """``outputs/NAME-seedSEED-replications`` or ``outputs/NAME-sweep-KEY-KEY-seedSEED``, or the
-    first ``…-2``, ``…-3`` holding this experiment or free (:func:`dpmarket.files.default_directory`):
+    first ``…-2``, ``…-3`` holding this experiment or free (:func:`dpmarket.system.files.default_directory`):
     the same command lands in the same directory, so running it again resumes, and another
     experiment of the same name never lands on this one's results."""
     b = plan.base

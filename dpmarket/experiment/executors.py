@@ -19,19 +19,15 @@ from concurrent.futures.process import BrokenProcessPool
 
 from threadpoolctl import threadpool_limits
 
-from dpmarket import processes
-from dpmarket.errors import DPMarketError
+from dpmarket.errors import ExecutorError
 from dpmarket.experiment.task import Task, run_task
+from dpmarket.system import processes
 
 EXECUTORS = ("serial", "process", "dask")
 OnDone = Callable[[Task, list[dict]], None]
 # No dashboard, and the scheduler's HTTP endpoint on a free port rather than 8787 (which another
 # cluster on the machine may hold).
 NO_DASHBOARD = {"dashboard": False, "dashboard_address": ":0"}
-
-
-class ExecutorError(DPMarketError):
-    """Tasks that could not run (a worker died, a cluster is unreachable); finished ones are saved."""
 
 
 def default_workers() -> int:
@@ -57,7 +53,7 @@ def _init_worker(parent: int | None = None) -> None:
     """Set up a pool worker: it ignores Ctrl-C, dies with its parent, and its BLAS uses one thread.
 
     The parent alone decides on Ctrl-C, so a keypress never kills a half task; a parent killed
-    outright takes its workers with it (:func:`dpmarket.processes.die_with_parent`). One BLAS
+    outright takes its workers with it (:func:`dpmarket.system.processes.die_with_parent`). One BLAS
     thread per worker because the pool already uses every core: OpenBLAS's own threads would
     oversubscribe them and, spinning after each matrix product of the data stage, take CPU
     from the other workers' simulations (as Dask does for its workers).
@@ -166,7 +162,7 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
 def _drain_dask(client, tasks: list[Task], futures: dict, on_done: OnDone) -> None:
     """Submit ``tasks`` (recorded in ``futures``, delivered ones removed) and deliver results as
     they come; after a failure keep delivering the others, then raise."""
-    from distributed import as_completed
+    from distributed import KilledWorker, as_completed
 
     futures.update({client.submit(run_task, t, pure=False): t for t in tasks})
     failure = None
@@ -175,7 +171,7 @@ def _drain_dask(client, tasks: list[Task], futures: dict, on_done: OnDone) -> No
             on_done(futures.pop(future), future.result())
         elif failure is None:
             failure = future.exception()
-    if failure is not None and type(failure).__name__ == "KilledWorker":
+    if isinstance(failure, KilledWorker):
         raise ExecutorError(f"Dask workers died running a task ({failure}); every finished task "
                             f"is saved, re-run the same command to resume")
     if failure is not None:

@@ -18,7 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from dpmarket.errors import _MISSING, ScenarioError
-from dpmarket.scenario import Scenario, apply_override, parse_override, resolve_files, validate
+from dpmarket.scenario.loading import resolve_files, validate
+from dpmarket.scenario.overrides import apply_override, parse_override
+from dpmarket.scenario.schema import Scenario
 
 
 @dataclass(frozen=True)

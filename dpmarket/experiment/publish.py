@@ -1,6 +1,6 @@
 """An experiment's results, published together: tables, figures and report.html.
 
-The aggregate tables, the figures drawn from them (:mod:`dpmarket.output.sweep_plots`) and the
+The aggregate tables, the figures drawn from them (:mod:`dpmarket.output.figures.sweep`) and the
 report page (:mod:`dpmarket.output.report`) are all written into a hidden staging directory inside
 the experiment's directory, then moved into place one after the other with Ctrl-C held
 (:func:`~dpmarket.experiment.store.held_interrupt`). An interrupt or a failure while they are
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from dpmarket import files
 from dpmarket.experiment.store import held_interrupt
-from dpmarket.output import report, sweep_plots
+from dpmarket.output import report
+from dpmarket.output.figures import sweep as sweep_plots
+from dpmarket.system import files
 
 STAGING_PREFIX = ".staging."
 HOW_MADE = ("executor", "workers", "scheduler", "reused_replications", "wall_seconds")

@@ -1,7 +1,8 @@
 """An experiment's output directory: its identity, one file per finished replication, atomic writes.
 
 Long experiments must survive Ctrl-C and killed workers, so the directory is filled as work
-completes rather than staged and renamed like a single run's (:func:`dpmarket.directories.run_directory`):
+completes rather than staged and renamed like a single run's
+(:func:`dpmarket.output.directories.run_directory`):
 
 - ``experiment.json`` — what the experiment is (kind, resolved base scenario, grid). Re-running
   into the same directory continues that experiment; a different one is refused with one line.
@@ -25,21 +26,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
-from dpmarket import files, processes
-from dpmarket.errors import DPMarketError, RunDirectoryError, warn
-from dpmarket.files import first_difference
+from dpmarket.errors import CorruptTaskError, ExperimentDirectoryError, warn
+from dpmarket.system import files, processes
+from dpmarket.system.files import first_difference
 
 IDENTITY = "experiment.json"
 TASKS = "tasks"
 TASK_NAME = re.compile(r"c(\d{5})-r(\d{5})(?:-(\d{5}))?\.json")  # a task's cell and replications
-
-
-class ExperimentDirectoryError(RunDirectoryError):
-    """The output directory holds another experiment (or something that is not one)."""
-
-
-class CorruptTaskError(DPMarketError):
-    """A saved replication that does not belong to the experiment it sits in."""
 
 
 held_interrupt = processes.held  # the name the experiment modules use
@@ -165,7 +158,7 @@ class Store:
     def open(self) -> None:
         """Create the directory, or check that it holds this experiment; drop stale temporaries.
 
-        Call it holding the directory's lock (:func:`dpmarket.files.locked`): the temporaries
+        Call it holding the directory's lock (:func:`dpmarket.system.files.locked`): the temporaries
         and staging directories it removes are then certainly left by a process that is gone.
         """
         marker = self.directory / IDENTITY

@@ -17,8 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpmarket import files, rng
-from dpmarket.cohort import check_budgets
+from dpmarket import rng
 from dpmarket.errors import _MISSING, ScenarioError
 from dpmarket.experiment import publish, tables
 from dpmarket.experiment.executors import default_workers, run_tasks
@@ -26,8 +25,10 @@ from dpmarket.experiment.grid import Axis, Cell, parse_grid, resolve_cells
 from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
 from dpmarket.experiment.task import Task
 from dpmarket.output.results import _write_csv
-from dpmarket.replications import replayable
-from dpmarket.scenario import Scenario
+from dpmarket.privacy.cohort import check_budgets
+from dpmarket.runs.replications import replayable
+from dpmarket.scenario.schema import Scenario
+from dpmarket.system import files
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
 BATCH_UPDATES = 20_000_000  # replication-updates per replayed task: a few seconds, so Ctrl-C waits little

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
-from dpmarket.market.forecast import Forecast, calibrate, effective_budgets
-from dpmarket.privacy import guarantee
+from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets
+from dpmarket.privacy.mechanisms import guarantee
 
 GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
@@ -35,7 +35,7 @@ def grid_value(value: Any) -> Any:
 
 def cell_guarantee(scenario) -> dict[str, Any]:
     """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
-    (:func:`dpmarket.privacy.guarantee`)."""
+    (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
     return guarantee(p.mechanism, p.accountant, p.delta)
 
@@ -104,7 +104,7 @@ def cell_summary(records: list[dict]) -> dict[str, Any]:
 def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
     """The ε and total records n that Theorem 2's sums run over: the owners that trained (in a
     market cell, the participants; everyone otherwise). Under (ε, δ) accounting the ε are the cell's
-    effective budgets (:class:`~dpmarket.market.forecast.EffectiveBudgets`: those of basic Laplace
+    effective budgets (:class:`~dpmarket.markets.forecast.EffectiveBudgets`: those of basic Laplace
     answers as noisy as its owners' calibrated answers), so one fit spans cells of several
     accountants or mechanisms; under Theorem 1's noise they are the budgets themselves."""
     owners = records[0]["owners"]

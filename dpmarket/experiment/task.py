@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from dpmarket.problem import Prepared, prepare
-from dpmarket.replications import batched, run_cell
-from dpmarket.roster import Roster
-from dpmarket.run import execute
-from dpmarket.scenario import Scenario
+from dpmarket.data.problem import Prepared, prepare
+from dpmarket.runs.replications import batched, run_cell
+from dpmarket.runs.run import execute
+from dpmarket.scenario.schema import Scenario
+from dpmarket.schedule.roster import Roster
 
 if TYPE_CHECKING:
-    from dpmarket.market.stage import MarketStage
+    from dpmarket.markets.stage import MarketStage
 
 # Each worker keeps the data of the last few datasets it used: tasks arrive in cell order, so a
 # cell's replications (and the next cells, when only ε or the network changes) find their data
@@ -91,15 +91,15 @@ def run_task(task: Task) -> list[dict]:
     A cell with a [market] negotiates once, under the cell's own seed, as ``run`` and the
     ``market`` command do: its replications train on that one deal (the same participants and
     budgets) and vary only the run's randomness, so the cell has one owner table. The replications
-    are scheduled, replayed together and measured in one batch (:mod:`dpmarket.replications`), with
+    are scheduled, replayed together and measured in one batch (:mod:`dpmarket.runs.replications`), with
     the records the runs exchange by exchange give.
     """
     prepared = prepared_for(task.scenario)
     market = None
     if task.scenario.market is not None:
-        from dpmarket.market.stage import settle_market  # deferred: only market cells need it
+        from dpmarket.runs.pilots import market_stage  # deferred: only market cells need it
 
-        market = settle_market(task.scenario, prepared)
+        market = market_stage(task.scenario, prepared)
     if batched(task.scenario, len(task.seeds)):
         return replayed_records(task, prepared, market)
     return [replicate(task, r, seed, prepared, market)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from dpmarket.run import RunResult
+    from dpmarket.runs.run import RunResult
 
 REPORT_NAME = "report.html"
 
@@ -202,7 +202,7 @@ def _esc(text: str) -> str:
 
 # --- the report of a single run -------------------------------------------------------------
 
-# Run figures, in the order shown, with their captions (drawn by dpmarket.output.plots / topology).
+# Run figures, in the order shown, with their captions (drawn by dpmarket.output.figures.run / topology).
 RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),

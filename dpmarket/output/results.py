@@ -2,7 +2,7 @@
 
 Files are written into a hidden sibling directory which is renamed into place only when the
 run succeeded, so a failed or interrupted run never leaves a half-written directory behind
-(:mod:`dpmarket.directories`). A run directory of the same resolved scenario is replaced (the
+(:mod:`dpmarket.output.directories`). A run directory of the same resolved scenario is replaced (the
 same bytes); any other non-empty directory is refused rather than silently overwritten.
 """
 
@@ -13,13 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from dpmarket import files
-from dpmarket.directories import Identity, default_directory, run_directory
-from dpmarket.output.painter import Painter
+from dpmarket.output.directories import Identity, default_directory, run_directory
+from dpmarket.output.figures.painter import Painter
 from dpmarket.output.summary import budgets, network_load, owner_rows, summary
-from dpmarket.progress import Progress
-from dpmarket.progress import of as progress_of
-from dpmarket.run import RunResult, is_async
+from dpmarket.runs.run import RunResult, is_async
+from dpmarket.system import files
+from dpmarket.system.progress import Progress
+from dpmarket.system.progress import of as progress_of
 
 
 def run_identity(scenario) -> Identity:
@@ -63,10 +63,10 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
 
 
 def market_timeline_data(run_dir: Path, title: str) -> dict:
-    """The plain series ``market_timeline.png`` draws (:mod:`dpmarket.output.market_timeline`), read
+    """The plain series ``market_timeline.png`` draws (:mod:`dpmarket.output.figures.market_timeline`), read
     back from the run directory's events.csv (complete once the run has returned) and metrics.csv,
     so the picture shows exactly what the files say."""
-    from dpmarket.market.timeseries import market_series  # deferred: only a market in time needs it
+    from dpmarket.output.timeseries import market_series  # deferred: only a market in time needs it
 
     s = market_series(run_dir)
     return {"title": title, "time": s.time.tolist(), "price": s.price.tolist(),
@@ -106,7 +106,7 @@ def write_topology(scenario, consortium, directory: Path, painter: Painter | Non
 
 
 def figure_data(result: RunResult) -> dict:
-    """The plain data the run figures need (see :class:`dpmarket.output.plots.RunFigures`)."""
+    """The plain data the run figures need (see :class:`dpmarket.output.figures.run.RunFigures`)."""
     s, m = result.scenario, result.training.metrics
     eps = sorted({o.epsilon for o in result.owners})
     eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
@@ -147,7 +147,7 @@ def run_and_write(scenario, out: Path, progress: bool | Progress = False,
     ``painter`` may be a figure helper the caller started early (it is closed here); ``progress``
     (True: on stderr when it is a terminal) shows the phases that last.
     """
-    from dpmarket.run import execute
+    from dpmarket.runs.run import execute
 
     painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
     with painter, run_directory(out, run_identity(scenario)) as staging:

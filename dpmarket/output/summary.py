@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpmarket.market.outcome import learner_value
-from dpmarket.privacy import guarantee, is_pure
-from dpmarket.run import RunResult
-from dpmarket.stepsize import STABILITY_LIMIT
+from dpmarket.learning.stepsize import STABILITY_LIMIT
+from dpmarket.markets.outcome import learner_value
+from dpmarket.privacy.mechanisms import guarantee, is_pure
+from dpmarket.runs.run import RunResult
 
 
 def budgets(result: RunResult) -> list[float]:
@@ -119,7 +119,7 @@ def _network_columns(result: RunResult, k: int, counts) -> dict:
 
 def _tick_kind(result: RunResult) -> str:
     """The event counted as a clock tick: the ideal network logs no ``tick``, every tick there is
-    an exchange begun by a ``query`` (see dpmarket.timeline.tick_kind)."""
+    an exchange begun by a ``query`` (see dpmarket.output.timeline.tick_kind)."""
     return "query" if result.network is None else "tick"
 
 
@@ -156,7 +156,7 @@ def summary(result: RunResult) -> dict:
 
 def privacy_summary(scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
-    (:func:`dpmarket.privacy.guarantee`)."""
+    (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
     return guarantee(p.mechanism, p.accountant, p.delta)
 

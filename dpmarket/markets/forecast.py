@@ -1,0 +1,254 @@
+"""Theorem 2's form of the forecast (design §4), and what every forecast's fit reports.
+
+ψ̂ = c₀ + c₁/n · sqrt(Σ ε_i⁻²) + c₂/n² · Σ ε_i⁻² (Theorem 2 for large T, paper 003 eq. (6)), over the
+owners that take part (n = their total records). The constants are not known in advance:
+:func:`calibrate` fits them to (ε, n, observed ψ) by non-negative least squares on relative
+errors, and reports how well the fit explains the observations, overall and per coalition size.
+
+Theorem 2 is an asymptote in T: at a finite horizon ψ also has an optimisation floor that no
+budget removes. The optional constant c₀ (default 0, so the papers' form is the default) absorbs
+it, one floor for coalitions of every size. The market's default is the law of
+dpmarket/markets/law.py, whose floor knows N, T and ρ; this form stays for explicit constants
+(``market.forecast = {c0, c1, c2}``), for learners the law does not describe (synchronous, hinge
+loss), and for the sweeps' fit of the papers' slopes.
+
+Every forecast object offers the same three calls to the market: ``coalitions(ε, records,
+masks)`` (ψ̂ of many coalitions: the only place ψ̂ is computed), ``noise_weights`` and
+``describe``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from dpmarket.markets.members import Masks, Prefixes, as_members
+from dpmarket.privacy.mechanisms import answer_caps, is_pure
+
+
+class Forecaster(Protocol):
+    """What the market asks of a forecast (:class:`Forecast` here, ``law.LawForecast``)."""
+
+    form: str
+
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at ``epsilons``; inf
+        for an empty one."""
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂."""
+
+    def describe(self) -> str:
+        """The formula and its constants, for the terminal."""
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form."""
+
+
+def regressors(epsilons: np.ndarray, records: float) -> tuple[float, float]:
+    """The two terms of the bound without their constants: sqrt(Σε⁻²)/n and Σε⁻²/n²."""
+    s = float(np.sum(np.asarray(epsilons, dtype=float) ** -2.0))
+    return np.sqrt(s) / records, s / records**2
+
+
+@dataclass(frozen=True, eq=False)
+class EffectiveBudgets:
+    """Theorem 2's ε_i when the noise is not Theorem 1's m_i/ε_i (Gaussian answers, or an RDP or PLD
+    accountant): the budget ε̃_i whose basic Laplace answers carry the noise the owner's calibrated
+    answers carry — ε̃ = m_i/z_i for Laplace (variance 2(z_iΔ)² = 2(m_iΔ/ε̃)²), √2·(m_i/z_i)·Ξ/Ξ₂ for
+    Gaussian ((z_iΔ₂)², Δ₂ = 2Ξ₂/n_i the L2 sensitivity against Laplace's L1 Δ = 2Ξ/n_i), z_i = z(m_i,
+    ε_i, δ_i) from dpmarket/privacy/accounting.py's tables and m_i as each member budgets it in the coalition
+    (the capped split's shares). The ε⁻² of Theorem 2 then follows the calibrated noise, as the law's
+    noise term does, and one fit can span cells of several mechanisms and accountants.
+    """
+
+    mechanism: str
+    accountant: str
+    deltas: np.ndarray  # δ_i per owner
+    rates: np.ndarray | None  # clock rates λ_i (a member's share of the exchanges); None: synchronous
+    caps: np.ndarray  # cap_i given, NaN where none
+    split: str
+    iterations: int
+    quantile: float
+    norm_ratio: float = 1.0  # Ξ/Ξ₂, the L1 sensitivity over the L2 one (Gaussian answers; 1 for Laplace)
+
+    def __call__(self, epsilons: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """ε̃ (K, N) of every member of the coalitions ``masks`` at ``epsilons`` ((N,) or (K, N));
+        0 for non-members and for owners that sell nothing."""
+        from dpmarket.privacy.accounting import multipliers  # deferred: dp-accounting loads scipy
+
+        if self.rates is None:  # every member answers every round
+            shares = np.ones(masks.shape)
+        else:
+            rates = np.where(masks, self.rates, 0.0)
+            totals = rates.sum(axis=1, keepdims=True)
+            shares = np.where(masks, rates / np.where(totals > 0, totals, 1.0), 1.0)
+        m = answer_caps(self.split, self.iterations, shares, self.caps, self.quantile)
+        eps = np.broadcast_to(np.asarray(epsilons, dtype=float), masks.shape)
+        take = masks & (eps > 0)
+        deltas = np.broadcast_to(self.deltas, masks.shape)
+        out = np.zeros(masks.shape)
+        z = multipliers(self.mechanism, self.accountant, m[take], eps[take], deltas[take])
+        out[take] = m[take] / z * (1.0 if self.mechanism == "laplace" else math.sqrt(2.0) * self.norm_ratio)
+        return out
+
+    def of_members(self, epsilons: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        """ε̃ of the members of one coalition (``mask`` (N,)), in owner order."""
+        mask = np.asarray(mask, dtype=bool)
+        return self(epsilons, mask[None, :])[0][mask]
+
+
+def effective_budgets(scenario, owners: int, norm_ratio: float | None = None) -> EffectiveBudgets | None:
+    """The scenario's :class:`EffectiveBudgets` for ``owners`` owners, or None under Theorem 1's
+    noise (Laplace answers, basic composition), where ε̃ is ε itself. ``norm_ratio`` is Ξ/Ξ₂ of the
+    owners' data (from the consortium); left out, the declared bounds give it (:func:`norm_ratio`)."""
+    p = scenario.privacy
+    if is_pure(p.mechanism, p.accountant):
+        return None
+    value = scenario.owner_value
+    caps = [np.nan if value(i, "cap") is None else value(i, "cap") for i in range(owners)]
+    rates = (np.array([value(i, "clock_rate") for i in range(owners)], dtype=float)
+             if scenario.learner.algorithm == "async" else None)
+    ratio = 1.0 if p.mechanism == "laplace" else (norm_ratio if norm_ratio is not None else
+                                                   declared_norm_ratio(scenario))
+    return EffectiveBudgets(p.mechanism, p.accountant,
+                            np.array([value(i, "delta") for i in range(owners)], dtype=float), rates,
+                            np.array(caps, dtype=float), p.split, scenario.learner.iterations, p.cap_quantile,
+                            ratio)
+
+
+def declared_norm_ratio(scenario) -> float:
+    """Ξ/Ξ₂ from the declared domain: sup‖z‖₁/sup‖z‖₂ = (pX + 1)/√(pX² + 1) (the 1s: an intercept),
+    as dpmarket/privacy/cohort.py bounds both (1 with clipping, whose bound is Ξ in either norm). A table's
+    number of features p is known only once it is read: a ValueError says so."""
+    d, m = scenario.data, scenario.model
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    if d.source != "synthetic":
+        raise ValueError("the effective budgets of Gaussian answers on table data need the number of "
+                         "features, known once the table is read")
+    one = 1.0 if m.intercept else 0.0
+    return (d.features * d.feature_bound + one) / math.sqrt(d.features * d.feature_bound**2 + one)
+
+
+def member_masks(members: Masks | Prefixes, owners: int) -> np.ndarray:
+    """The (K, N) membership of coalitions given as masks or as prefixes of orders."""
+    if not isinstance(members, Prefixes):
+        return members.masks
+    count, length = members.orders.shape
+    added = np.zeros((count, length, owners), bool)  # the player each prefix adds, one-hot
+    added[np.arange(count)[:, None], np.arange(length)[None, :], members.orders] = True
+    return np.logical_or.accumulate(added, axis=1).reshape(count * length, owners)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Theorem 2's calibrated constants and the quality of their fit; with ``noise``, its ε_i are the
+    effective budgets of the owners' calibrated noise (:class:`EffectiveBudgets`)."""
+
+    c1: float
+    c2: float
+    r2: float = float("nan")  # of log ψ̂ against log ψ over the pilots
+    rms_relative_error: float = float("nan")
+    points: int = 0
+    c0: float = 0.0  # the finite-T optimisation floor (see the module docstring)
+    by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    excluded: int = 0  # pilots left out of the fit (calibration.PilotRuns.in_range)
+    noise: EffectiveBudgets | None = field(default=None, repr=False, compare=False)  # from the scenario
+    form = "theorem2"
+
+    def psi(self, epsilons: np.ndarray, records: float) -> float:
+        """ψ̂ for the given budgets of the participating owners and their total records."""
+        a, b = regressors(epsilons, records)
+        return self.c0 + self.c1 * a + self.c2 * b
+
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at the owners' ε ((N,)
+        or (K, N)); inf when empty. The one place the market computes ψ̂ (law.LawForecast has the
+        same call)."""
+        members = as_members(coalitions)
+        eps = np.asarray(epsilons, dtype=float)
+        if self.noise is not None:  # ε̃ per coalition and member: the calibrated noise's budgets
+            members = Masks(member_masks(members, len(records)))
+            eps = self.noise(eps, members.masks)
+        inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
+        if inverse.ndim == 1:
+            inv = members.sums(inverse)
+        else:
+            inv = members.weighted_sums(np.broadcast_to(inverse, members.masks.shape), np.ones(len(records)))
+        some = members.nonempty()  # an empty coalition: ψ̂ = inf, without dividing by zero
+        n = np.where(some, members.sums(np.asarray(records, dtype=float)), 1.0)
+        psi = self.c0 + self.c1 * np.sqrt(inv) / n + self.c2 * inv / n**2
+        return np.where(some, psi, np.inf)
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Every member's ε_i⁻² weighs the same here (ψ̂ grows with Σε⁻² within a coalition)."""
+        return np.atleast_2d(masks).astype(float)
+
+    def describe(self) -> str:
+        """The formula with its constants, for the terminal."""
+        budgets = "" if self.noise is None else (
+            f"; eps: the budgets of basic Laplace answers as noisy as the owners' {self.noise.mechanism} "
+            f"answers under the {self.noise.accountant} accountant")
+        return (f"psi = {self.c0:.4g} + {self.c1:.4g}/n*sqrt(sum eps^-2) + {self.c2:.4g}/n^2*sum eps^-2 "
+                f"(Theorem 2's form{budgets})")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form, for caching next to the scenario."""
+        facts = {k: v for k, v in asdict(self).items() if k != "noise"}  # rebuilt from the scenario
+        return {"form": self.form, **facts, "by_size": [dict(row) for row in self.by_size]}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> Forecast:
+        """Inverse of :meth:`to_dict`."""
+        fields = {k: v for k, v in data.items() if k != "form"}
+        return cls(**{**fields, "by_size": tuple(fields.get("by_size", ()))})
+
+
+def fit_quality(predicted: np.ndarray, observed: np.ndarray, sizes: np.ndarray) -> dict:
+    """R² of log ψ, RMS relative error and points, overall and per coalition size (largest first)."""
+    predicted, observed = np.asarray(predicted, dtype=float), np.asarray(observed, dtype=float)
+    relative = predicted / observed - 1.0
+    sizes = np.asarray(sizes)
+    by_size = tuple({"members": int(k), "points": int(np.sum(sizes == k)),
+                     "rms_relative_error": float(np.sqrt(np.mean(relative[sizes == k] ** 2)))}
+                    for k in sorted(set(sizes.tolist()), reverse=True))
+    return {"r2": _r2(np.log(observed), np.log(np.maximum(predicted, 1e-300))),
+            "rms_relative_error": float(np.sqrt(np.mean(relative**2))), "points": len(observed),
+            "by_size": by_size}
+
+
+def relative_nnls(columns: np.ndarray, psi: np.ndarray) -> np.ndarray:
+    """Non-negative coefficients x minimising Σ_k (columns_k·x/ψ_k − 1)²: least squares on relative
+    errors, so a pilot at ψ = 10⁻⁴ weighs as much as one at ψ = 1 (ψ spans decades)."""
+    from scipy.optimize import nnls  # deferred: scipy.optimize is slow to import
+
+    y = np.asarray(psi, dtype=float)
+    if np.any(y <= 0):
+        raise ValueError("pilot ψ values must be positive to calibrate on relative errors")
+    coef, _ = nnls(np.asarray(columns, dtype=float) / y[:, None], np.ones_like(y))
+    return coef
+
+
+def calibrate(epsilons: list[np.ndarray], records: list[float], psi: list[float],
+              terms: tuple[str, ...] = ("c1", "c2")) -> Forecast:
+    """Fit c₁, c₂ ≥ 0 (and c₀ with ``terms``) to pilot observations, on relative errors.
+
+    ``terms`` selects the model among c0, c1, c2 (e.g. ("c2",), or ("c0", "c1", "c2") with the
+    finite-T floor).
+    """
+    X = np.array([(*regressors(e, n), 1.0) for e, n in zip(epsilons, records, strict=True)])
+    keep = [i for i, name in enumerate(("c1", "c2", "c0")) if name in terms]
+    full = np.zeros(3)
+    full[keep] = relative_nnls(X[:, keep], psi)
+    quality = fit_quality(X @ full, np.asarray(psi, dtype=float), [len(e) for e in epsilons])
+    return Forecast(float(full[0]), float(full[1]), c0=float(full[2]), **quality)
+
+
+def _r2(observed: np.ndarray, predicted: np.ndarray) -> float:
+    residual = np.sum((observed - predicted) ** 2)
+    total = np.sum((observed - observed.mean()) ** 2)
+    return float(1 - residual / total) if total > 0 else float("nan")

@@ -1,0 +1,509 @@
+"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets (design §2, §4).
+
+Theorem 2's form (dpmarket/markets/forecast.py) has one floor for coalitions of every size and
+noise that falls as Σε⁻²/n²; with the capped split and ρ = "auto" neither holds, so a market
+that extrapolates from it buys badly. The law follows Algorithm 1 instead. For a coalition S of
+N members with n records, share_i = n_i/n, clock-rate share π_i = λ_i/Σ_S λ, step ρ_S (the given
+number, or ``auto_rho`` with S's largest share), m_i = ``answer_cap(split, T, π_i, cap_i, quantile)``,
+Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
+
+- **floor** F_S = ``floor_law(ρ_S, N, T, λ, h, w)``: the N+1 copies' mean is a gradient flow of
+  length ηT, which leaves Σ_j w_j exp(−2ηTh_j) of ψ(0) (h_j, w_j from the public proxy);
+- **bias** B_S = Σ_i (share_i^S − n_i/n_all)² g_i: a coalition converges to its own optimum θ*_S,
+  not to everyone's. With owner deviations δ_i drawn independently, θ*_S − θ* = Σ_i (share_i^S −
+  share_i)δ_i, whose expected ψ is that sum with g_i = E δ_iᵀHδ_i/(2f*); g_i is estimated from the
+  proxy's owners, pooled across owners in proportion to their declared heterogeneity (synthetic
+  data: shift_i²; a table's hold-out split: 1/n_i, sampling noise alone), because one proxy draw
+  per owner is too noisy to tell owners apart;
+- **noise** V_S: each update moves the copies' mean by Nη·share_i·(gradient + w_i), w_i Laplace
+  with variance 2b_i² per coordinate (Gaussian: σ_i²), i asked with probability π_i, so per step the
+  mean takes noise of variance q = (Nη)² Σ_i π_i share_i² 2b_i², and in eigen-mode j after T steps
+  Var_j = q(1 − r_j^T)/(1 − r_j), r_j = (1 − ηh_j)². The published model is θ_L, not the mean:
+  θ_L has just been averaged with the copy of the owner asked last, which carries that owner's
+  whole last noise step ((N+1)² times q). Solving the stationary second moments of the copies'
+  offsets for uniform selection gives Var(θ_L − mean) = q·N(N²+N+2)/(2(N+1)) and
+  2Cov(mean, θ_L − mean) = −4qN/(N+1) (both checked by Monte Carlo): for N = 10 that jitter is
+  about half the mean's variance at ρ = "auto", for N = 86 four times it. V_S = Σ_j h_j(Var_j +
+  jitter)/(2f*);
+- **selection** S_S: without any noise the copy of owner i still moves along its own data term's
+  gradient g_i(θ*), which differs from owner to owner. With owners drawn at random these are
+  zero-mean kicks Nη·share_i·g_i to the mean, accumulating and jittering θ_L exactly like the noise:
+  S_S = Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter)/(2f*), with Γ_ij = E(v_jᵀg_i)²
+  pooled from the proxy's owners like g_i. It is what remains of the noise-free ψ once the floor
+  has decayed (small owners, owners that differ).
+
+With an RDP or PLD accountant, or Gaussian answers (dpmarket/privacy/accounting.py), the noise is not b_i =
+2Ξm_i/(n_iε_i) but z(m_i, ε_i, δ_i)·2Ξ/n_i, z the multiplier that makes m_i answers compose to
+(ε_i, δ_i), Ξ in the mechanism's norm; the noise term takes that z (from the shared interpolation
+tables, within 10⁻³ of the owners' exact calibration) in place of m_i/ε_i, so one market can be
+compared under basic and tight accounting. Owners sell ε at the scenario's δ_i.
+
+ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S, with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated law
+(``market.forecast = "law"``), or fitted to pilot runs on the public proxy (calibration.py).
+Everything the law reads is public: sizes, clock rates, caps, T, λ, Ξ, ρ's recipe and the proxy's
+summary (dpmarket/data/proxy.py); never the owners' records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+
+from dpmarket.errors import CalibrationError, ScenarioError
+from dpmarket.learning.stepsize import auto_rho, floor_law
+from dpmarket.markets.forecast import member_masks
+from dpmarket.markets.members import Prefixes, as_members
+from dpmarket.privacy.cohort import sensitivity
+from dpmarket.privacy.mechanisms import answer_caps, is_pure
+
+ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived quantity may reach
+CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
+
+
+@dataclass(frozen=True, eq=False)
+class LawInputs:
+    """The public arrays (one entry per owner) and scalars the law needs, validated finite."""
+
+    clock_rates: np.ndarray  # λ_i
+    caps: np.ndarray  # cap_i of [[owners]] or privacy.cap; NaN where none is given
+    heterogeneity: np.ndarray  # g_i (module docstring)
+    selection: np.ndarray  # (N, p) Γ_ij: owner i's squared data-term gradient at θ* along mode j
+    iterations: int  # T
+    lam: float  # λ
+    sensitivity: float  # Ξ
+    split: str  # privacy.split
+    quantile: float  # privacy.cap_quantile
+    rho: float | None  # the given ρ; None for "auto" (then ``auto`` holds its recipe)
+    auto: tuple[float, float, float, float]  # (curvature L̂, h_min, decay, fraction) for ρ = "auto"
+    inverse_frequency: bool  # learner.weighting = "inverse_frequency": answers scaled by 1/(Nπ_i)
+    eigenvalues: np.ndarray  # h_j of the proxy's ∇²f
+    floor_weights: np.ndarray  # w_j of the floor law
+    f_star: float  # f* of the proxy
+    source: str  # the proxy these came from
+    noise: NoiseModel | None = None  # (ε, δ) answers; None: Laplace under basic composition (m_i/ε_i)
+
+    @cached_property
+    def rate_values(self) -> np.ndarray:
+        """The distinct clock rates, ascending (owners of one rate share m in a coalition)."""
+        return np.unique(self.clock_rates)
+
+
+def coalition_rho(inputs: LawInputs, owners: np.ndarray, share_max: np.ndarray) -> np.ndarray:
+    """ρ_S per coalition: the given ρ, or ρ = "auto" for its N and largest share (as a run derives it)."""
+    if inputs.rho is not None:
+        return np.full(np.shape(owners), inputs.rho)
+    curvature, h_min, decay, fraction = inputs.auto
+    return np.asarray(auto_rho(owners, inputs.iterations, inputs.lam, share_max, curvature, h_min,
+                               decay, fraction), dtype=float)
+
+
+def jitter(owners: np.ndarray) -> np.ndarray:
+    """Var(θ_L − mean) + 2Cov(mean, θ_L − mean) in units of q (module docstring), per coalition size."""
+    N = np.asarray(owners, dtype=float)
+    return N * (N * N + N + 2) / (2 * (N + 1)) - 4 * N / (N + 1)
+
+
+def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int) -> np.ndarray:
+    """Σ_{t<T} (1 − ηh_j)^{2t} per coalition and mode: the mean's noise variance in units of q."""
+    r = (1.0 - eta[:, None] * eigenvalues[None, :]) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(r == 1.0, float(iterations), (1.0 - r**iterations) / (1.0 - r))
+
+
+def owner_weights(inputs: LawInputs) -> np.ndarray:
+    """a_i with π_i·w_i² = a_i·F_S for a member i of S (:func:`clock_factor` gives F_S).
+
+    π_i = λ_i/Λ_S is how often i is asked and w_i the factor on its answer: 1, or 1/(Nπ_i) with
+    ``learner.weighting = "inverse_frequency"`` (Remark 4's reweighting), where π_i·w_i² = Λ_S/(N²λ_i).
+    """
+    return 1.0 / inputs.clock_rates if inputs.inverse_frequency else inputs.clock_rates
+
+
+def cap_groups(inputs: LawInputs) -> np.ndarray:
+    """(N, R + 1): per distinct clock rate r, its owners without a cap of their own (they share
+    m(r/Λ_S) in a coalition); last column, cap_i² of the owners whose cap is given (m = cap)."""
+    given = ~np.isnan(inputs.caps) if inputs.split == "capped" else np.zeros(len(inputs.caps), bool)
+    groups = (inputs.clock_rates[:, None] == inputs.rate_values[None, :]) & ~given[:, None]
+    return np.column_stack([groups, np.where(given, np.nan_to_num(inputs.caps) ** 2, 0.0)])
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """How owners' noise follows (m_i, ε_i) when it is not Theorem 1's m_i/ε_i: the mechanism, the
+    accountant and each owner's δ_i (dpmarket/privacy/accounting.py's tables give the multiplier z)."""
+
+    mechanism: str
+    accountant: str
+    deltas: np.ndarray  # δ_i per owner
+    reference_epsilon: float  # where procurement's noise weights are read (z² ∝ ε⁻² only roughly)
+
+    @property
+    def variance_factor(self) -> float:
+        """Per-coordinate variance over (z·Δ)², halved: 1 for Laplace (2b²), ½ for Gaussian (σ²);
+        the law's 8Ξ²/n² already holds Laplace's 2."""
+        return 1.0 if self.mechanism == "laplace" else 0.5
+
+    def squared(self, answers: np.ndarray, epsilons: np.ndarray,
+                deltas: np.ndarray | None = None) -> np.ndarray:
+        """variance_factor·z² per entry of (m, ε, δ) arrays (δ: the owners' δ_i, owners along the last
+        axis, unless given)."""
+        from dpmarket.privacy.accounting import multipliers
+
+        deltas = self.deltas if deltas is None else deltas
+        z = multipliers(self.mechanism, self.accountant, answers, epsilons, deltas)
+        return self.variance_factor * z * z
+
+
+@dataclass(frozen=True)
+class Coalitions:
+    """Per coalition: its size, records, clock rates, ρ, η and the sums over its members the law needs.
+
+    Every sum over members comes from one product of the mask with a matrix of per-owner columns
+    (BLAS), or from running sums along orders for prefixes (members.py), never a (coalitions ×
+    owners) loop: sampled Shapley values ask for tens of thousands of coalitions of 86 owners.
+    """
+
+    owners: np.ndarray  # N_S
+    records: np.ndarray  # n_S
+    totals: np.ndarray  # Λ_S = Σ_S λ: the members' clock rates added up
+    rho: np.ndarray  # ρ_S
+    eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
+    bias: np.ndarray  # (K, 2): Σ_S n_i²g_i, Σ_S n_i s_i g_i
+    kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ_ij
+    noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
+    members: object = None  # the coalitions (Masks or Prefixes), for (ε, δ) noise
+    epsilons: np.ndarray | None = None  # ε as given, for (ε, δ) noise
+
+
+def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
+                  epsilons: np.ndarray | None = None) -> Coalitions:
+    """What the law needs to know about each coalition (a mask's non-empty rows, or prefixes of
+    orders: dpmarket/markets/members.py) at ``epsilons`` ((N,) or (K, N); non-members' unused)."""
+    members = as_members(coalitions)
+    a, s, g = owner_weights(inputs), records / records.sum(), inputs.heterogeneity
+    columns = [np.ones_like(records), records, inputs.clock_rates, records**2 * g, records * s * g,
+               (a * records**2)[:, None] * inputs.selection]
+    inverse = None
+    if epsilons is not None:
+        eps = np.asarray(epsilons, dtype=float)
+        inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
+        if inverse.ndim == 1:  # one ε per owner for every coalition: a column like the others
+            columns.append((a * inverse)[:, None] * cap_groups(inputs))
+    sums = members.sums(np.column_stack(columns))
+    owners, n, totals, p = sums[:, 0], sums[:, 1], sums[:, 2], len(inputs.eigenvalues)
+    noise = None
+    if inverse is not None:  # Σ_S a_i ε_i⁻² per cap group
+        noise = (sums[:, 5 + p:] if inverse.ndim == 1 else
+                 members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
+    rho = coalition_rho(inputs, owners, members.largest(records) / n)
+    eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
+    return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise, members,
+                      None if epsilons is None else np.asarray(epsilons, dtype=float))
+
+
+def clock_factor(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """F_S with π_i·w_i² = a_i·F_S (:func:`owner_weights`): 1/Λ_S, or Λ_S/N² with inverse frequency."""
+    return c.totals / c.owners**2 if inputs.inverse_frequency else 1.0 / c.totals
+
+
+def cap_grid(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """M (K, R): m of an owner of the r-th distinct clock rate without a cap, in each coalition.
+
+    π = r/Λ_S takes few values (one per rate and coalition total), so m is computed on that grid by
+    :func:`answer_caps` — the very numbers each owner budgets with.
+    """
+    if len(c.totals) == 1:  # one coalition (a price search asks hundreds of times): no sorting
+        totals, which = c.totals, np.zeros(1, dtype=np.intp)
+    else:
+        totals, which = np.unique(c.totals, return_inverse=True)
+    shares = np.minimum(inputs.rate_values[:, None] / totals[None, :], 1.0)  # > 1 only for owners outside
+    grid = answer_caps(inputs.split, inputs.iterations, shares, np.nan, inputs.quantile)
+    return grid[:, np.ravel(which)].T
+
+
+def caps_of(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """m_i of every owner in every coalition (K, N), as a member would budget them (mask the others)."""
+    m = cap_grid(inputs, c)[:, np.searchsorted(inputs.rate_values, inputs.clock_rates)]
+    return m if inputs.split != "capped" else np.where(np.isnan(inputs.caps), m, inputs.caps)
+
+
+def noise_per_step(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """q per coalition: the variance per coordinate the copies' mean takes at one exchange.
+
+    q = (Nη)² Σ_i π_i w_i² share_i² 2b_i², and share_i·b_i = 2Ξm_i/(n_S ε_i), so
+    q = (Nη)² (8Ξ²/n_S²) F_S Σ_i a_i m_i² ε_i⁻², the sum taken per cap group (m shared, or a cap).
+    With (ε, δ) noise m_i/ε_i becomes z(m_i, ε_i, δ_i) (times ½ for the Gaussian's σ² against 2b²).
+    """
+    if inputs.noise is None:
+        total = np.sum(c.noise[:, :-1] * cap_grid(inputs, c) ** 2, axis=1) + c.noise[:, -1]
+    else:
+        total = composed_noise(inputs, c)
+    scale = (c.owners * c.eta) ** 2 * 8.0 * inputs.sensitivity**2 / c.records**2
+    return scale * clock_factor(inputs, c) * total
+
+
+def composed_noise(inputs: LawInputs, c: Coalitions) -> np.ndarray:
+    """Σ_{i∈S} a_i·variance_factor·z(m_i, ε_i, δ_i)² per coalition, m_i as each member budgets it."""
+    masks = member_masks(c.members, len(inputs.clock_rates))
+    eps = np.broadcast_to(c.epsilons, masks.shape)
+    deltas = np.broadcast_to(inputs.noise.deltas, masks.shape)[masks]
+    values = inputs.noise.squared(caps_of(inputs, c)[masks], eps[masks], deltas)  # members only
+    per_owner = np.zeros(masks.shape)
+    per_owner[masks] = values
+    return per_owner @ owner_weights(inputs)
+
+
+def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+    """a_i m_i² per coalition, V_S ∝ Σ_i a_i m_i² ε_i⁻² (rows scaled to a largest weight of 1, empty
+    rows 0): the weights a budget-constrained buyer should equalise, C_i'(ε_i)ε_i³ ∝ a_i m_i²
+    (policies.budget_epsilons)."""
+    masks = np.atleast_2d(np.asarray(masks, dtype=bool))
+    some = masks.any(axis=1)
+    c = coalitions_of(inputs, np.asarray(records, dtype=float), np.where(some[:, None], masks, True))
+    caps = caps_of(inputs, c)
+    if inputs.noise is not None:  # z² ε² at a reference ε stands for m²: z ∝ 1/ε only roughly
+        reference = inputs.noise.reference_epsilon
+        caps = np.sqrt(inputs.noise.squared(caps, np.full(caps.shape, reference))) * reference
+    weights = np.where(masks, owner_weights(inputs) * caps ** 2, 0.0)
+    scale = weights.max(axis=1, keepdims=True)
+    return weights / np.where(scale > 0, scale, 1.0)
+
+
+def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one entry per distinct value, each entry's position among them): values[first][which]
+    == values. A single value is its own (no sorting: a price search asks for one coalition at a time)."""
+    if len(values) == 1:
+        return np.zeros(1, dtype=np.intp), np.zeros(1, dtype=np.intp)
+    _, first, which = np.unique(values, return_index=True, return_inverse=True)
+    return first, np.ravel(which)
+
+
+def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
+              coalitions) -> tuple[np.ndarray, np.ndarray]:
+    """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N))."""
+    records = np.asarray(records, dtype=float)
+    c = coalitions_of(inputs, records, coalitions, epsilons)
+    h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
+    # floor and mean variance depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
+    # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
+    first, which = distinct(c.eta)
+    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h, inputs.floor_weights))
+    s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
+    bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
+    modes = mean_variance(c.eta[first], h, T)[which] + jitter(c.owners)[:, None]  # (K, p), in units of q
+    kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
+    noise = noise_per_step(inputs, c) * (modes @ h) / scale
+    return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
+
+
+@dataclass(frozen=True)
+class LawForecast:
+    """ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S over any coalitions, with the fit it came from (if any)."""
+
+    inputs: LawInputs = field(repr=False, compare=False)
+    c0: float = 1.0
+    c2: float = 1.0
+    r2: float = float("nan")  # of log ψ̂ against log ψ over the pilots
+    rms_relative_error: float = float("nan")
+    points: int = 0
+    by_size: tuple = ()  # per pilot coalition size: members, points, RMS relative error
+    excluded: int = 0  # pilots left out of the fit: ψ above the untrained model's (the box clips)
+    form = "law"
+
+    def terms(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> tuple[np.ndarray, np.ndarray]:
+        """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty."""
+        members = as_members(coalitions)
+        if isinstance(members, Prefixes):  # running sums: no (K, N) temporaries to bound
+            return law_terms(self.inputs, epsilons, records, members)
+        eps = np.asarray(epsilons, dtype=float)
+        eps = eps if eps.ndim < 2 else np.broadcast_to(eps, members.masks.shape)  # one ε vector, or per row
+        free, noise = np.full(members.count, np.inf), np.full(members.count, np.inf)
+        rows = np.flatnonzero(members.nonempty())
+        for start in range(0, len(rows), CHUNK):
+            part = rows[start:start + CHUNK]
+            free[part], noise[part] = law_terms(self.inputs, eps if eps.ndim < 2 else eps[part], records,
+                                                members.rows(part))
+        return free, noise
+
+    def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
+        """ψ̂ of every coalition (a (K, N) boolean mask, or members.Prefixes) at the owners' ε;
+        inf when empty.
+
+        The one place the market computes ψ̂: every policy, the run summary, the ``forecast`` and
+        ``market`` commands call this (through the forecast object they were given).
+        """
+        free, noise = self.terms(epsilons, records, coalitions)
+        return np.where(np.isfinite(free), self.c0 * free + self.c2 * noise, np.inf)
+
+    def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
+        """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂ (see :func:`noise_weights`)."""
+        return noise_weights(self.inputs, records, masks)
+
+    def describe(self) -> str:
+        """The formula with its multipliers, for the terminal."""
+        noise = self.inputs.noise
+        args = "eps, m_i, N" if noise is None else (f"eps, delta, m_i, N: {noise.mechanism} answers, "
+                                                     f"{noise.accountant} accountant")
+        return (f"psi = {self.c0:.4g} x (floor(N, T, rho) + bias + selection) + {self.c2:.4g} x "
+                f"noise({args}) (law; public inputs from the {self.inputs.source})")
+
+    def to_dict(self) -> dict:
+        """A JSON-ready form: the multipliers and the fit (the inputs are rebuilt from the scenario)."""
+        return {"form": "law", "c0": self.c0, "c2": self.c2, "r2": self.r2,
+                "rms_relative_error": self.rms_relative_error, "points": self.points,
+                "excluded": self.excluded, "by_size": [dict(row) for row in self.by_size]}
+
+    @classmethod
+    def from_dict(cls, data: dict, inputs: LawInputs) -> LawForecast:
+        """Inverse of :meth:`to_dict`, given the inputs rebuilt from the scenario."""
+        return cls(inputs, data["c0"], data["c2"], data["r2"], data["rms_relative_error"], data["points"],
+                   tuple(data.get("by_size", ())), data.get("excluded", 0))
+
+
+def law_unavailable(scenario) -> str | None:
+    """Why the law cannot describe ``scenario``'s learner (None when it can)."""
+    if scenario.learner.algorithm != "async":
+        return "the law describes Algorithm 1 (learner.algorithm = 'async')"
+    if scenario.model.loss == "hinge":
+        return "the law needs a curvature (model.loss = 'squared' or 'logistic', not 'hinge')"
+    return None
+
+
+def build_inputs(scenario, consortium, info=None) -> LawInputs:
+    """The law's public inputs for ``scenario``'s owners (their sizes come with each call).
+
+    ``info`` is the public proxy's summary (dpmarket/data/proxy.py), computed when not given; tests
+    pass the owners' own summary instead, to check the law apart from the proxy's error.
+    """
+    from dpmarket.data.proxy import public_info  # deferred: builds the proxy only when needed
+
+    info = public_info(scenario, consortium, owners=True) if info is None else info
+    N, lr, p = len(consortium.owners), scenario.learner, scenario.privacy
+    rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)], dtype=float)
+    caps = np.array([np.nan if scenario.owner_value(i, "cap") is None else scenario.owner_value(i, "cap")
+                     for i in range(N)], dtype=float)
+    auto = (info.owner_curvature, float(info.eigenvalues[0]), lr.auto_decay, lr.auto_stability)
+    inputs = LawInputs(rates, caps, *heterogeneity(scenario, consortium.sizes, info), lr.iterations,
+                       scenario.model.regularization, sensitivity(scenario, consortium), p.split,
+                       p.cap_quantile, None if lr.rho == "auto" else float(lr.rho), auto,
+                       lr.weighting == "inverse_frequency", info.eigenvalues, info.floor_weights,
+                       info.f_star, info.source, noise_model(scenario, N))
+    check_inputs(scenario, inputs, consortium.sizes)
+    return inputs
+
+
+def noise_model(scenario, owners: int) -> NoiseModel | None:
+    """The scenario's (ε, δ) noise for the law, or None for Laplace answers under basic composition."""
+    p = scenario.privacy
+    if is_pure(p.mechanism, p.accountant):
+        return None
+    deltas = np.array([scenario.owner_value(i, "delta") for i in range(owners)], dtype=float)
+    return NoiseModel(p.mechanism, p.accountant, deltas, p.epsilon)
+
+
+def heterogeneity(scenario, sizes: np.ndarray, info) -> tuple[np.ndarray, np.ndarray]:
+    """(g_i, Γ_ij): each owner's expected δ_iᵀHδ_i/(2f*) and squared gradient per mode at θ*,
+    pooled from the proxy's owners in proportion to the declared heterogeneity v_i.
+
+    A proxy owner's deviation d_i = δ_i − Σ_k s_k δ_k has E d_iᵀHd_i = (1 − 2s_i)v_iκ + Σ_k s_k²v_kκ
+    when E δ_iᵀHδ_i = κv_i, so κ is the ratio of the sums over owners (per mode for Γ). One proxy
+    draw per owner is too noisy to tell owners apart; the declared shape is public.
+    """
+    if info.deviations is None:
+        raise ScenarioError(scenario.data.path or scenario.name, "data.table.holdout",
+                            scenario.data.table.holdout,
+                            f"the forecast needs the hold-out split into owners of the owners' sizes "
+                            f"({int(np.sum(sizes)):,} rows) to estimate how owners differ: enlarge it, or "
+                            "give market.forecast = {c0, c1, c2}")
+    sizes = np.asarray(sizes, dtype=float)
+    s = sizes / sizes.sum()
+    shifts = np.array([scenario.owner_value(i, "shift") for i in range(len(sizes))], dtype=float) ** 2
+    declared = shifts if scenario.data.source == "synthetic" and shifts.any() else 1.0 / sizes
+    expected = np.sum((1.0 - 2.0 * s) * declared + np.sum(s * s * declared))
+    return (np.sum(info.deviations) / expected * declared,
+            np.outer(declared, np.sum(info.gradient_modes, axis=0) / expected))
+
+
+def check_inputs(scenario, inputs: LawInputs, sizes: np.ndarray) -> None:
+    """Every derived input finite, and ψ̂ finite for everyone and every owner alone at the smallest ε;
+    else a ScenarioError naming the key that made it non-finite."""
+    finite(inputs.f_star, "data.label_noise", scenario, "f* of the public proxy")
+    if not inputs.f_star > 0:
+        raise ScenarioError(scenario.name, "data.label_noise", scenario.data.label_noise,
+                            f"the public proxy fits its labels exactly (f* = {inputs.f_star!r})")
+    finite(inputs.eigenvalues, "model.regularization", scenario, "eigenvalues of the proxy's Hessian")
+    finite(inputs.floor_weights, "model.regularization", scenario, "floor weights")
+    finite(inputs.heterogeneity, "data.shift", scenario, "heterogeneity term")
+    finite(inputs.selection, "data.shift", scenario, "selection term")
+    check_sensitivity(scenario, inputs.sensitivity)
+    N = len(sizes)
+    masks = np.vstack([np.ones((1, N), bool), np.eye(N, dtype=bool)])
+    rho = coalitions_of(inputs, np.asarray(sizes, dtype=float), masks).rho
+    if not np.all(np.isfinite(rho) & (rho > 0)):
+        raise ScenarioError(scenario.name, "learner.rho", scenario.learner.rho,
+                            f"gives a step of {rho.min()!r} for some coalition: give a positive number")
+    key = "market.epsilon_min" if scenario.market else "privacy.epsilon"
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported below, naming the key
+        try:
+            free, noise = smallest_terms(inputs, smallest_epsilons(scenario, N), sizes, masks)
+        except CalibrationError as exc:  # no noise reaches (ε, δ)
+            section, _, name = key.partition(".")
+            raise ScenarioError(scenario.name, key, getattr(getattr(scenario, section), name),
+                                f"the forecast's noise term: {exc}") from None
+    finite(free, "learner.rho", scenario, "noise-free term")
+    finite(noise, key, scenario, "noise term")
+
+
+def smallest_terms(inputs: LawInputs, epsilons: np.ndarray, sizes: np.ndarray, masks: np.ndarray):
+    """The law's terms for :func:`check_inputs`, which asks only whether they are finite.
+
+    Under PLD the noise is read from the RDP accountant where it reaches (ε, δ): RDP bounds the same
+    answers more loosely, so its noise is larger (2–7 % for ny_hospitals) and a finite noise term
+    with it is finite with PLD's; it costs microseconds where PLD's tables cost tens of milliseconds
+    per (m, ε) (ε_min's fine grid, and m = T for an owner alone). Where RDP cannot reach (ε, δ),
+    PLD's own noise decides.
+    """
+    noise = inputs.noise
+    if noise is not None and noise.accountant == "pld":
+        try:
+            return LawForecast(replace(inputs, noise=replace(noise, accountant="rdp"))).terms(
+                epsilons, sizes, masks)
+        except CalibrationError:
+            pass  # RDP does not reach every (ε, δ) PLD does: PLD's own noise decides, below
+    return LawForecast(inputs).terms(epsilons, sizes, masks)
+
+
+def check_sensitivity(scenario, xi: float) -> None:
+    """Refuse a Ξ whose square (the noise term's 8Ξ²) would overflow, naming the key behind Ξ: the
+    clipping bound, or the largest declared bound (a run's own checks let Ξ itself reach ~1e300)."""
+    if 8.0 * xi * xi <= ROOM:  # float products give inf, not OverflowError as ``**`` does
+        return
+    from dpmarket.data.magnitudes import largest_bound  # deferred, as build_inputs' imports
+
+    p = scenario.privacy
+    key, value = (("privacy.clip", p.clip) if p.sensitivity == "clip" and p.clip != "auto"
+                  else largest_bound(scenario))
+    raise ScenarioError(scenario.source, key, value,
+                        f"makes the sensitivity Ξ = {xi:.3g}: the forecast's noise term 8Ξ² would exceed "
+                        f"{ROOM:.0e}")
+
+
+def smallest_epsilons(scenario, owners: int) -> np.ndarray:
+    """The smallest budgets the forecast will be asked about: ε_min of a market, else the owners'."""
+    if scenario.market is not None:
+        return np.full(owners, scenario.market.epsilon_min)
+    return np.array([scenario.owner_value(i, "epsilon") for i in range(owners)], dtype=float)
+
+
+def finite(value, key: str, scenario, what: str):
+    """``value`` if every entry is finite, else a ScenarioError naming the scenario ``key`` behind it."""
+    flat = np.asarray(value, dtype=float).ravel()
+    bad = flat[~np.isfinite(flat)]
+    if len(bad):
+        section, _, name = key.partition(".")
+        current = getattr(getattr(scenario, section, None), name, None) if name else None
+        raise ScenarioError(scenario.name, key, current,
+                            f"makes the forecast's {what} non-finite ({float(bad[0])!r})")
+    return value

@@ -1,0 +1,108 @@
+"""The data owner's side of an exchange: answer a gradient query privately, or refuse.
+
+An owner computes its exact answer Q_i(θ) = (1/n_i) Σ ∇ℓ(θ; z, y), adds noise and records the
+answer in its ledger; when the ledger cannot take another answer it refuses. One answer has
+sensitivity Δ_i = 2Ξ/n_i, Ξ bounding every per-example gradient in the mechanism's norm (L1 for
+Laplace, L2 for Gaussian) — from the declared data bounds (records were clipped into them when the
+owner was built) or by clipping every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z
+the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py); under basic
+composition of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time.
+Every answer is finite: the exact part is bounded by the declared domain (see
+:mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL times its scale, which the run checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dpmarket.learning.objective import Loss, OwnerData
+from dpmarket.privacy.mechanisms import (
+    NORMS,
+    Accountant,
+    ComposedLedger,
+    is_pure,
+    laplace_scale,
+    make_noise,
+    noise_multiplier,
+)
+
+# Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
+# (or of 2 − 2U), never of less than 2⁻⁵², so |w| ≤ 52·ln 2 ≈ 36.04 (rounded up here). Its standard
+# normal (ziggurat, tail r − ln(U)/r with r ≈ 3.65) stays below 14, so the bound covers the Gaussian too.
+LAPLACE_TAIL = 37.0
+
+
+def answer_bound(xi: float, scale: float) -> float:
+    """A bound on every coordinate of an answer: the exact part's Ξ plus the largest noise."""
+    return xi + LAPLACE_TAIL * scale
+
+
+class DataOwner:
+    """One hospital or bank: its records, its budget, its noise stream and its ledger."""
+
+    def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, epsilon: float,
+                 answers: int, xi: float, noise_rng: np.random.Generator,
+                 clip: float | None = None, mechanism: str = "laplace", accountant: str = "basic",
+                 delta: float = 0.0) -> None:
+        self.index, self.name, self.data, self.loss = index, name, data, loss
+        self.epsilon, self.answers_allowed, self.xi, self.clip = epsilon, answers, xi, clip
+        self.mechanism, self.accountant, self.delta = mechanism, accountant, delta
+        self.sensitivity = 2.0 * xi / data.n  # of one answer, in the mechanism's norm
+        if is_pure(mechanism, accountant):  # Theorem 1 exactly, as the papers (and earlier runs) do
+            self.multiplier = answers / epsilon
+            self.scale = laplace_scale(xi, answers, data.n, epsilon)
+        else:
+            self.multiplier = noise_multiplier(mechanism, accountant, answers, epsilon, delta)
+            self.scale = self.multiplier * self.sensitivity
+        self.charge, self.ledger = self._ledger()
+        dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
+        self.noise = make_noise(mechanism, noise_rng, self.scale, dim, block=min(256, answers))
+
+    def _ledger(self):
+        """(charge per answer, ledger): exact even shares of ε_i under basic composition; one answer
+        at a time on the accountant's ε curve under RDP and PLD."""
+        if self.accountant == "basic":
+            charge = Accountant.even_share(self.epsilon, self.answers_allowed)
+            return charge, Accountant(self.index, self.epsilon)
+        from dpmarket.privacy.accounting import epsilon_curve
+
+        curve = epsilon_curve(self.mechanism, self.accountant, self.multiplier, float(self.delta),
+                              float(self.epsilon))
+        return 1, ComposedLedger(self.index, self.epsilon, self.answers_allowed, curve)
+
+    @property
+    def norm(self) -> str:
+        """The norm Ξ bounds (and clipping uses): L1 for Laplace, L2 for Gaussian."""
+        return NORMS[self.mechanism]
+
+    def exact_answer(self, theta: np.ndarray) -> np.ndarray:
+        """Q_i(θ) before noise (with per-example clipping when the owner clips)."""
+        if self.clip is None:
+            return self.loss.mean_grad(theta, self.data)
+        return self.loss.clipped_mean_grad(theta, self.data, self.clip, self.norm)
+
+    def respond(self, theta: np.ndarray) -> np.ndarray | None:
+        """The DP answer Q_i(θ) + w, or None (a refusal) when the budget cannot cover it."""
+        if not self.ledger.try_pay(self.charge):
+            return None
+        answer = self.exact_answer(theta) + self.noise.draw()
+        if not np.isfinite(answer).all():
+            # Unreachable: records lie in the declared domain and data.magnitudes bounds every
+            # sum; were it reached, a bug must stop the run rather than publish NaN or inf.
+            raise FloatingPointError(f"owner {self.index} computed a non-finite answer at θ = {theta}")
+        return answer
+
+    @property
+    def answers_left(self) -> int:
+        """How many more answers the ledger can pay: a schedule may ask no more of this owner."""
+        return self.ledger.remaining(self.charge)
+
+    @property
+    def exhausted(self) -> bool:
+        """Whether the next query would be refused."""
+        return not self.ledger.can_pay(self.charge)
+
+    @property
+    def epsilon_spent(self) -> float:
+        """ε spent so far (exact ledger value, or the accountant's ε at δ_i, as a float)."""
+        return self.ledger.spent_float

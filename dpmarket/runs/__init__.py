@@ -1,0 +1,12 @@
+"""Whole runs: one run stage by stage, replications of a cell, the market in time, the pilots.
+
+Modules, in the order data flows through them:
+
+- :mod:`~dpmarket.runs.pilots`: the forecast a market negotiates with (explicit, the law, or fitted
+  to pilot runs on the public proxy), cached
+- :mod:`~dpmarket.runs.preview`: what the forecast says before any training (the ``forecast`` command)
+- :mod:`~dpmarket.runs.inline`: one training pass exchange by exchange, the reference semantics
+- :mod:`~dpmarket.runs.replications`: replications of one cell: schedule → replay → measure
+- :mod:`~dpmarket.runs.dynamic`: a run whose market lives in simulated time
+- :mod:`~dpmarket.runs.run`: a whole run: scenario → data → (market) → simulation → results
+"""

@@ -1,0 +1,336 @@
+"""Which forecast a market negotiates with: explicit, the uncalibrated law, or one fitted to pilots.
+
+``market.forecast = {c0, c1, c2}`` gives Theorem 2's constants; ``"law"`` the law of
+dpmarket/markets/law.py with multipliers 1 and 1, no pilots. Without it, short **pilot runs** fit
+the multipliers c₀, c₂ of the law (or, for learners the law does not describe, Theorem 2's
+constants): every member at one budget ε, for a few budgets and owner subsets (so both ε and N
+vary), each on its own seed, averaged per budget and subset.
+
+Pilots train on ``market.pilots.data``: ``"proxy"`` (the default) is the public proxy of
+dpmarket/data/proxy.py — a synthetic twin, or the hold-out split into owners of the owners' sizes —
+with ψ measured on the proxy; the owners' records are never read, so the prices negotiated with
+the forecast reveal nothing about them. ``"owners"`` trains on the owners' records, outside any
+privacy accounting: an oracle for studies, labelled so in every output (the ``source`` string).
+
+The fit is cached as JSON, keyed by a hash of everything the pilots and the law depend on, so it
+is computed once per scenario and reused by ``run``, ``forecast`` and ``market``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from dpmarket import rng as streams
+from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
+from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets, fit_quality, relative_nnls
+from dpmarket.markets.law import LawForecast, build_inputs, law_unavailable
+from dpmarket.markets.stage import MarketStage, sellers_of, settle_market
+from dpmarket.privacy.mechanisms import is_pure
+from dpmarket.runs.replications import batched, final_psis
+from dpmarket.scenario.schema import ForecastConstants, Scenario
+from dpmarket.system import files
+from dpmarket.system.progress import SILENT, Progress
+
+if TYPE_CHECKING:
+    from dpmarket.data.problem import Prepared
+
+CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
+CACHE_ENV = "DPMARKET_FORECAST_CACHE"
+SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
+FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
+ORACLE = "the owners' records (oracle)"
+
+
+@dataclass(frozen=True)
+class Pilot:
+    """One pilot run: the members, their common ε, and the run seed."""
+
+    members: np.ndarray
+    epsilon: float
+    seed: int
+
+
+@dataclass(frozen=True)
+class PilotRuns:
+    """The pilots' outcomes, replications averaged: one entry per (subset, budget)."""
+
+    masks: np.ndarray  # (K, N) members
+    epsilon: np.ndarray  # (K,) the common ε
+    psi: np.ndarray  # (K,) mean ψ on the data the pilots trained on
+    records: np.ndarray  # (N,) sizes
+    data: str  # what they trained on, for the source string
+    psi_zero: float = float("inf")  # ψ of the untrained θ = 0 on that data
+    norm_ratio: float | None = None  # Ξ/Ξ₂ of that data (None: from the declared bounds)
+
+    def in_range(self) -> np.ndarray:
+        """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
+        clips the noise (the law and Theorem 2 describe the unclipped regime) and the model is
+        worth nothing to anyone; if fewer than two remain, all of them."""
+        keep = self.psi < self.psi_zero
+        return keep if keep.sum() >= 2 else np.ones(len(self.psi), bool)
+
+    def subset(self, keep: np.ndarray) -> PilotRuns:
+        """The pilots at ``keep``."""
+        return replace(self, masks=self.masks[keep], epsilon=self.epsilon[keep], psi=self.psi[keep])
+
+
+def cache_key(scenario: Scenario) -> str:
+    """A hash of the resolved scenario minus what pilots ignore (names, outputs, market terms)."""
+    table = scenario.model_dump(mode="json")
+    for key in ("name", "description", "output"):
+        table.pop(key)
+    market = table.pop("market") or {}
+    table["pilots"] = market.get("pilots")
+    table["forms"] = FORMS
+    if not is_pure(scenario.privacy.mechanism, scenario.privacy.accountant):
+        table["budgets"] = "effective"  # Theorem 2 fitted on ε̃, not ε (pure ε-DP keys stay as they were)
+    table["data"]["seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    for spec in table["owners"]:
+        spec.pop("epsilon", None)
+        spec.pop("cost_coef", None)
+    text = json.dumps(table, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def pilot_plan(scenario: Scenario, owners: int) -> list[Pilot]:
+    """Budgets × subsets × replications, with seeds derived from the scenario's seed."""
+    cfg = scenario.market.pilots
+    levels = np.geomspace(cfg.epsilon_low, cfg.epsilon_high, cfg.levels)
+    order = streams.stream(scenario.seed, "market", SUBSET_STREAM).permutation(owners)
+    sizes = sorted({max(1, int(np.ceil(owners / 2**j))) for j in range(cfg.subsets)}, reverse=True)
+    count = len(levels) * len(sizes) * cfg.replications
+    seeds = iter(streams.replication_seeds(scenario.seed, count))
+    return [Pilot(np.sort(order[:size]), float(eps), next(seeds))
+            for size in sizes for eps in levels for _ in range(cfg.replications)]
+
+
+def pilot_data(scenario: Scenario, consortium, objective) -> tuple:
+    """(consortium, objective, label) the pilots train on: the public proxy, or the owners (oracle)."""
+    if scenario.market.pilots.data == "owners":
+        return consortium, objective, ORACLE
+    from dpmarket.data.proxy import proxy_consortium, public_info  # deferred: builds the proxy
+    from dpmarket.learning.objective import Objective, make_loss
+
+    proxy = proxy_consortium(scenario, consortium)
+    m = scenario.model
+    proxy_objective = Objective(make_loss(m.loss), proxy.owners, m.regularization, m.theta_max)
+    source = public_info(scenario, consortium).source
+    return proxy, proxy_objective, f"the public proxy ({source})"
+
+
+def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = SILENT) -> PilotRuns:
+    """Train every pilot on ``market.pilots.data``; ψ averaged over replications per budget and subset.
+
+    Theorem 2 and the law describe the *expected* ψ, so replications are averaged before fitting.
+    The data seed is pinned: a pilot's seed changes its clocks and noise, never the proxy or ρ.
+    """
+    from dpmarket.runs.inline import train
+
+    with progress.phase("forecast: the pilots' data"):
+        data, target, label = pilot_data(scenario, consortium, objective)
+    N = len(consortium.owners)
+    pinned = scenario.model_copy(update={"data": scenario.data.model_copy(
+        update={"seed": scenario.seed if scenario.data.seed is None else scenario.data.seed})})
+    groups: dict[tuple, list[float]] = {}
+    plan = pilot_plan(scenario, N)
+    with progress.phase("forecast: pilot runs", total=len(plan), unit="run") as step:
+        if batched(pinned, scenario.market.pilots.replications):  # each budget and subset's together
+            for (members, epsilon), seeds in _by_group(plan).items():
+                groups[members, epsilon] = final_psis(pinned, seeds, data, target, np.array(members),
+                                                      np.full(N, epsilon))
+                step.update(len(seeds))
+        else:
+            for pilot in plan:
+                run = train(pinned.model_copy(update={"seed": pilot.seed}), data, target, pilot.members,
+                            np.full(N, pilot.epsilon))
+                groups.setdefault((tuple(pilot.members), pilot.epsilon), []).append(
+                    run.training.metrics.psi[-1])
+                step.update()
+    masks = np.zeros((len(groups), N), bool)
+    for k, (members, _) in enumerate(groups):
+        masks[k, list(members)] = True
+    psi = np.array([np.mean(v) for v in groups.values()])
+    ratio = norm_ratio(scenario, data) if scenario.privacy.mechanism == "gaussian" else None
+    return PilotRuns(masks, np.array([eps for _, eps in groups]), psi, consortium.sizes.astype(float), label,
+                     target.psi(np.zeros(target.p)), ratio)
+
+
+def _by_group(plan: list[Pilot]) -> dict[tuple, list[int]]:
+    """The pilots' seeds per (members, ε), in the plan's order: each group is one cell of replications."""
+    groups: dict[tuple, list[int]] = {}
+    for pilot in plan:
+        groups.setdefault((tuple(int(i) for i in pilot.members), pilot.epsilon), []).append(pilot.seed)
+    return groups
+
+
+def norm_ratio(scenario: Scenario, consortium) -> float:
+    """Ξ/Ξ₂ of the owners' domain (Theorem 2's effective budgets of Gaussian answers): the L1 bound
+    of the declared domain over the L2 one, 1 with clipping (dpmarket/privacy/cohort.py)."""
+    if scenario.privacy.sensitivity == "clip":
+        return 1.0
+    from dpmarket.privacy.cohort import z_l2
+
+    return float(consortium.z_l1 / z_l2(scenario, consortium))
+
+
+def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
+    """c₀, c₂ ≥ 0 of the law fitted to the pilots in range on relative errors, with the fit's quality."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
+    columns = np.column_stack([free, noise])
+    c0, c2 = relative_nnls(columns, used.psi)
+    quality = fit_quality(columns @ [c0, c2], used.psi, used.masks.sum(axis=1))
+    return LawForecast(law.inputs, float(c0), float(c2), **quality, excluded=int(np.sum(~keep)))
+
+
+def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
+    """Theorem 2's constants fitted to the pilots in range (for learners the law does not describe)."""
+    keep = pilots.in_range()
+    used = pilots.subset(keep)
+    noise = effective_budgets(scenario, used.masks.shape[1], pilots.norm_ratio)
+    epsilons = [np.full(int(mask.sum()), eps) if noise is None  # else ε̃: the calibrated noise's budgets
+                else noise.of_members(np.full(len(mask), eps), mask)
+                for mask, eps in zip(used.masks, used.epsilon, strict=True)]
+    records = [float(used.records[mask].sum()) for mask in used.masks]
+    terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
+    fitted = calibrate(epsilons, records, list(used.psi), terms)
+    return replace(fitted, excluded=int(np.sum(~keep)), noise=noise)
+
+
+def pilot_table(forecast, pilots: PilotRuns) -> dict:
+    """The pilots for the cache file: per point its ε, members (count and indices), records, ψ and
+    the fitted ψ̂ — enough to refit another law to the same pilots (:func:`pilots_from_table`)."""
+    fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
+            "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks], "psi_zero": pilots.psi_zero,
+            "in_fit": pilots.in_range().tolist(),
+            "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
+            "psi_fitted": fitted.tolist()}
+
+
+def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
+    """The pilots of a cache file's content (``stored``), for owners of sizes ``records``."""
+    table = stored["pilots"]
+    masks = np.zeros((len(table["psi"]), len(records)), bool)
+    for k, owners in enumerate(table["owners"]):
+        masks[k, owners] = True
+    return PilotRuns(masks, np.array(table["epsilon"]), np.array(table["psi"]),
+                     np.asarray(records, dtype=float), stored["calibrated_on"], table["psi_zero"])
+
+
+def cache_dir() -> Path:
+    """The default cache directory: $DPMARKET_FORECAST_CACHE when set (read at each call, so a test
+    suite or a shared server can move it), else outputs/forecasts/ under the working directory."""
+    return Path(os.environ.get(CACHE_ENV) or CACHE_DIR)
+
+
+def cache_file(scenario: Scenario, directory: Path | None = None) -> Path:
+    """Where the calibrated forecast of ``scenario`` is cached (``directory``, else :func:`cache_dir`)."""
+    folder = cache_dir() if directory is None else Path(directory)
+    return folder / f"{scenario.name}-{cache_key(scenario)}.json"
+
+
+def resolve(scenario: Scenario, consortium, objective, directory: Path | None = None,
+            recalibrate: bool = False, progress: Progress = SILENT):
+    """The forecast and where it came from (its ``source``, which names an oracle calibration).
+
+    Explicit constants; the uncalibrated law; a cached fit (``cached in FILE: calibrated on …``);
+    or pilots run now (``calibrated on …, cached in FILE``). ``recalibrate`` runs the pilots
+    whatever ``market.forecast`` says. ``progress`` hears of the pilot runs.
+    """
+    given = scenario.market.forecast
+    if isinstance(given, ForecastConstants) and not recalibrate:
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
+        return Forecast(given.c1, given.c2, c0=given.c0, noise=noise), "explicit (market.forecast)"
+    why = law_unavailable(scenario)
+    if given == "law" and why:
+        raise ScenarioError(scenario.name, "market.forecast", "law", why)
+    if given == "law" and not recalibrate:
+        law = LawForecast(build_inputs(scenario, consortium))
+        return law, f"law (market.forecast = 'law'), uncalibrated; public inputs from the {law.inputs.source}"
+    path = cache_file(scenario, directory)
+    cached = None if recalibrate else read_cache(scenario, consortium, path, why)
+    if cached is not None:
+        return cached
+    forecast, pilots = calibrate_scenario(scenario, consortium, objective, progress)
+    written = write_cache(path, {"key": cache_key(scenario), "scenario": scenario.name, "form": forecast.form,
+                                 "calibrated_on": pilots.data, "forecast": forecast.to_dict(),
+                                 "pilots": pilot_table(forecast, pilots)})
+    return forecast, f"calibrated on {pilots.data}, " + (f"cached in {path}" if written else "not cached")
+
+
+def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> tuple | None:
+    """(forecast, source) from the cache file at ``path``; None when there is none, or when it is
+    damaged (unreadable, not JSON, another key or form, multipliers that are not finite numbers ≥ 0),
+    with one warning line: the pilots are then run again and the file rewritten."""
+    if not path.is_file():
+        return None
+    try:
+        stored = json.loads(path.read_text(encoding="utf-8"))
+        table = stored["forecast"]
+        if stored["key"] != cache_key(scenario) or (table["form"] == "law") != (why is None):
+            raise ValueError("it was written for another scenario or forecast form")
+        if not all(_multiplier(table[k]) for k in ("c0", "c1", "c2") if k in table):
+            raise ValueError("its multipliers are not finite numbers >= 0")
+        noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
+        forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
+                    LawForecast.from_dict(table, build_inputs(scenario, consortium)))
+        return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        if isinstance(exc, ScenarioError):  # build_inputs refused the scenario itself: not the file's fault
+            raise
+        warn(f"{path}: damaged ({type(exc).__name__}: {exc}); recalibrating the forecast")
+        return None
+
+
+def _multiplier(value) -> bool:
+    """A multiplier as the cache must hold it: a finite number ≥ 0 (not a string, bool or NaN)."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return number and bool(np.isfinite(value)) and value >= 0
+
+
+def write_cache(path: Path, content: dict) -> bool:
+    """Cache ``content`` at ``path``; an unwritable cache (read-only, full, a file in the way) is one
+    warning line naming the path, and the command goes on uncached (False): the cache only saves
+    the pilots' time, and the run's own results are written elsewhere."""
+    try:
+        with files.writing(path):
+            _write_atomically(path, content)
+    except RunDirectoryError as exc:
+        warn(f"{exc}; the forecast is not cached and will be calibrated again next time")
+        return False
+    return True
+
+
+def calibrate_scenario(scenario: Scenario, consortium, objective, progress: Progress = SILENT) -> tuple:
+    """Run the pilots and fit the law's multipliers (Theorem 2's constants where the law does not apply)."""
+    law = None if law_unavailable(scenario) else LawForecast(build_inputs(scenario, consortium))  # bad
+    pilots = run_pilots(scenario, consortium, objective, progress)  # input fails before any pilot runs
+    try:
+        return (fit_theorem2(scenario, pilots) if law is None else fit_law(law, pilots)), pilots
+    except ValueError as exc:  # a pilot with ψ = 0 cannot be weighed by its relative error
+        raise MarketError(f"{scenario.name}: market.pilots: {exc}") from None
+
+
+def _write_atomically(path: Path, content: dict) -> None:
+    """Write JSON through a temporary file and a rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    files.write_atomic(path, lambda temp: temp.write_text(json.dumps(content, indent=2) + "\n",
+                                                          encoding="utf-8"))
+
+
+def market_stage(scenario: Scenario, prepared: Prepared, policy: str | None = None, cache: Path | None = None,
+                 progress: Progress = SILENT) -> MarketStage:
+    """The market stage of a run: the scenario's sellers, the forecast resolved (calibrated by pilot
+    runs if it must be; ``progress`` hears of them), then the policy settled with it."""
+    sellers = sellers_of(scenario, prepared)  # first: its checks are cheap, the calibration is not
+    forecast, source = resolve(scenario, prepared.consortium, prepared.objective, cache, progress=progress)
+    return settle_market(scenario, sellers, forecast, source, policy)

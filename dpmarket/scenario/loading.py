@@ -1,0 +1,103 @@
+"""Scenario files: TOML in, a validated and fully resolved :class:`~dpmarket.scenario.schema.Scenario` out.
+
+Reading the file, applying ``--set`` overrides, making the files it names absolute, validating it
+against the schema and the cross-checks: every failure is one
+:class:`~dpmarket.errors.ScenarioError` naming the file, the dotted key path and the value.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from dpmarket.errors import _MISSING, ScenarioError
+from dpmarket.scenario.checks import check_consistency
+from dpmarket.scenario.messages import first_problem, short
+from dpmarket.scenario.overrides import apply_override, parse_override
+from dpmarket.scenario.schema import Scenario
+
+
+def validate(table: dict, source: str) -> Scenario:
+    """Validate a raw table into a Scenario; the first problem becomes one ScenarioError."""
+    try:
+        scenario = Scenario.model_validate(table)
+    except ValidationError as exc:
+        key, value, reason = first_problem(exc.errors())
+        raise ScenarioError(source, key, short(value), reason) from None
+    check_consistency(scenario, source)
+    scenario._source = source
+    return scenario
+
+
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
+    """Read, override and validate a scenario file; every failure is a ScenarioError."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(source, "", _MISSING, "no such file") from None
+    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+        raise ScenarioError(source, "", _MISSING, f"cannot read: {exc.__class__.__name__}") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(source, "", _MISSING, f"malformed TOML: {exc}") from None
+    _resolve_data_path(table, path.parent)  # a path written in the file: relative to the file
+    return _overridden(table, overrides, source, path.parent)
+
+
+def override(scenario: Scenario, overrides: list[str] | tuple[str, ...]) -> Scenario:
+    """``scenario`` with ``--set``-style overrides, checked exactly like a file's (files they name
+    are relative to the working directory); the scenario itself when there are none."""
+    if not overrides:
+        return scenario
+    return _overridden(scenario.resolved_table(), overrides, scenario.source, Path.cwd())
+
+
+def _overridden(table: dict, overrides, source: str, base: Path) -> Scenario:
+    """Apply overrides to a raw table, make its files absolute (a trace against ``base``), validate."""
+    for text_override in overrides:
+        keys, value = parse_override(text_override)
+        apply_override(table, keys, value, f"{source} (--set {text_override})")
+    label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
+    resolve_files(table, base, label)
+    return validate(table, label)
+
+
+def resolve_files(table: dict, base: Path, source: str) -> None:
+    """Make the files a scenario names absolute and check that they exist (``source`` names the
+    file and overrides in the error): the availability trace relative to ``base`` (the scenario
+    file's directory), a ``data.path`` given by an override (--set, a --grid cell) relative to
+    the working directory."""
+    _resolve_trace(table, base, source)
+    _resolve_data_path(table, Path.cwd(), source)
+
+
+def _resolve_trace(table: dict, base: Path, source: str) -> None:
+    """Make ``network.availability`` absolute (relative to ``base``, the scenario file's directory)
+    and check it exists."""
+    net = table.get("network")
+    trace = net.get("availability") if isinstance(net, dict) else None
+    if not isinstance(trace, str):
+        return
+    resolved = Path(trace) if Path(trace).is_absolute() else (base / trace).resolve()
+    if not resolved.is_file():
+        raise ScenarioError(source, "network.availability", trace, "no such file")
+    net["availability"] = str(resolved)
+
+
+def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> None:
+    """Make ``data.path`` absolute against ``base``; with ``source``, also check the file exists."""
+    data = table.get("data")
+    value = data.get("path") if isinstance(data, dict) else None
+    if not isinstance(value, str):
+        return
+    resolved = Path(value).expanduser()
+    resolved = resolved if resolved.is_absolute() else (base / resolved).resolve()
+    if source is not None and not resolved.is_file():
+        raise ScenarioError(source, "data.path", value,
+                            "no such file; point to the records with --set data.path=FILE")
+    data["path"] = str(resolved)

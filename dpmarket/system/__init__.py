@@ -1,0 +1,10 @@
+"""What every stage leans on, and none of the mathematics: files, signals and progress.
+
+Modules:
+
+- :mod:`~dpmarket.system.files`: results written whole or not at all, honouring the umask, one
+  writer at a time, a failing file system reported in one line
+- :mod:`~dpmarket.system.processes`: Ctrl-C and SIGTERM end a command the same way; helper
+  processes never outlive their parent
+- :mod:`~dpmarket.system.progress`: long phases shown on a terminal, kept out of the maths
+"""
