@@ -47,6 +47,7 @@ from dpmarket.scenario.loading import load
 from dpmarket.schedule.events import EventLog
 from dpmarket.schedule.protocol import Training, make_learner, record_points
 from dpmarket.schedule.sim.engine import Engine
+from dpmarket.schedule.sim.network import build_network
 
 ROOT = Path(__file__).resolve().parent.parent
 NY = ROOT / "scenarios" / "ny_hospitals.toml"
@@ -68,7 +69,7 @@ def engine_for(path: Path, overrides: list[str], prepared: Prepared | None = Non
                            m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
     training = Training(learner, owners, objective, EventLog(None),
                         record_points(lr.iterations, scenario.output.metric_points))
-    return Engine(scenario, training, consortium.names)
+    return Engine(build_network(scenario, len(owners)), training, consortium.names)
 
 
 def strip_arithmetic(training: Training) -> None:

@@ -74,6 +74,7 @@ from dpmarket.runs.replications import run_cell
 from dpmarket.scenario.loading import load
 from dpmarket.schedule.protocol import make_learner, record_points
 from dpmarket.schedule.scheduler import capacities, network_tape
+from dpmarket.schedule.sim.network import build_network
 
 ROOT = Path(__file__).resolve().parent.parent
 LENDING, NY = ROOT / "scenarios" / "lending_banks.toml", ROOT / "scenarios" / "ny_hospitals.toml"
@@ -341,7 +342,7 @@ def mobile_streamed(quick: bool) -> dict:
     lr, m = scenario.learner, scenario.model
     points = record_points(lr.iterations, scenario.output.metric_points)
     start = time.thread_time()
-    tape, _, _ = network_tape(scenario, owners, [o.name for o in owners], points)
+    tape, _, _ = network_tape(build_network(scenario, len(owners)), owners, [o.name for o in owners], points)
     engine = time.thread_time() - start
     sizes = np.array([o.data.n for o in owners])
     rho = resolve_step(scenario, prepared.consortium, sizes).rho

@@ -11,6 +11,7 @@ import counts as an edge — at module level or inside a function, ``from pkg im
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import networkx as nx
@@ -209,7 +210,8 @@ def test_the_engine_is_handed_a_network_not_the_scenario():
     for path in (PACKAGE / "schedule" / "sim").glob("*.py"):
         if path.stem == "network":
             continue
-        assert "dpmarket.scenario" not in {m for m in _imports(path)}, path.name
+        assert not [m for m in _imports(path) if m.startswith("dpmarket.scenario")], path.name
+        assert not re.search(r"\bScenario\b", path.read_text(encoding="utf-8")), path.name
 
 
 def test_every_project_exception_lives_in_errors_under_the_one_base_class():

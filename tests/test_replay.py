@@ -28,6 +28,7 @@ from dpmarket.schedule import scheduler as schedule_module
 from dpmarket.schedule.events import EventLog
 from dpmarket.schedule.protocol import record_points
 from dpmarket.schedule.scheduler import capacities, log_tape, network_tape
+from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import CHUNK
 from tests.helpers import saved_replications, tiny
 
@@ -131,7 +132,8 @@ def replayed_events(scenario, prepared, market, cell, r: int, path: Path) -> Non
             return
         points = record_points(scenario.learner.iterations, scenario.output.metric_points)
         seeded = view.model_copy(update={"seed": cell.seeds[r]})
-        tape, _, _ = network_tape(seeded, owners, [o.name for o in owners], points, log)
+        tape, _, _ = network_tape(build_network(seeded, len(owners)),
+                                  owners, [o.name for o in owners], points, log)
         assert np.array_equal(tape.owner, cell.tapes[r].owner)
 
 

@@ -26,6 +26,7 @@ from dpmarket.runs.replications import run_cell
 from dpmarket.schedule import scheduler as schedule_module
 from dpmarket.schedule.protocol import record_points
 from dpmarket.schedule.scheduler import IdealSchedules, NetworkSchedule, Recorder
+from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import Chunk, Tape
 from tests.helpers import tiny
 from tests.test_replay import CASES, STALE, deal, mismatches, setup
@@ -133,7 +134,8 @@ def test_the_engine_pauses_at_every_full_chunk():
     prepared = prepare(scenario)
     cell = run_cell(scenario, (5,), prepared.consortium, prepared.objective)
     owners, names = cell.owners, [o.name for o in cell.owners]
-    schedule = NetworkSchedule(scenario, owners, names, record_points(200, 10), size=SIZE)
+    schedule = NetworkSchedule(build_network(scenario, len(owners)),
+                               owners, names, record_points(200, 10), size=SIZE)
     sizes, times = [], []
     for chunk in schedule.chunks():
         sizes.append(chunk.updates)
@@ -163,7 +165,8 @@ def test_a_finished_schedule_frees_its_engine_without_the_cyclic_collector():
     was = gc.isenabled()
     gc.disable()
     try:
-        schedule = NetworkSchedule(scenario, cell.owners, names, record_points(200, 10))
+        network = build_network(scenario, len(cell.owners))
+        schedule = NetworkSchedule(network, cell.owners, names, record_points(200, 10))
         updates = sum(chunk.updates for chunk in schedule.chunks())
         left = [type(o).__name__ for o in gc.get_objects() if isinstance(o, kinds)]
     finally:

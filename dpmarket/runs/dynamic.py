@@ -152,6 +152,7 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
 
     from dpmarket.schedule.sim.engine import Engine, NetworkRun
     from dpmarket.schedule.sim.ideal import ideal_clocks
+    from dpmarket.schedule.sim.network import build_network
 
     arrivals = streams.stream(view.seed, "arrivals")
     if view.network.mode == "ideal":
@@ -165,7 +166,7 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
         training.stop_reason = done.value
         training.finish()
         return None
-    engine = Engine(view, training, names)
+    engine = Engine(build_network(view, len(training.owners)), training, names)
     engine.takes_part = market.takes_part
     market.start(engine.env, _stopper(engine.done), lambda: training.learner.model, arrivals)
     reason = engine.run()

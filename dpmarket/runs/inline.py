@@ -95,8 +95,9 @@ def simulate(scenario: Scenario, training: Training, names: list[str]) -> Networ
     """Decide who talks when: the ideal network's superposed clocks, or the SimPy engine."""
     if scenario.network.mode != "ideal":
         from dpmarket.schedule.sim import run_network  # deferred: SimPy is needed only here
+        from dpmarket.schedule.sim.network import build_network
 
-        return run_network(scenario, training, names)
+        return run_network(build_network(scenario, len(training.owners)), training, names)
     training.stop_reason = run_uniform(
         training, scenario.learner.iterations, streams.stream(scenario.seed, "selection"),
         streams.stream(scenario.seed, "clocks"), ideal_rates(scenario, len(names)))

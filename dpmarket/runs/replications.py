@@ -22,7 +22,7 @@ import gc
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,7 @@ from dpmarket.schedule.events import EventLog
 from dpmarket.schedule.protocol import Metrics, make_learner, record_points
 from dpmarket.schedule.scheduler import IdealSchedules, NetworkSchedule, capacities
 from dpmarket.schedule.sequence import OwnerSequence
+from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import CHUNK, Chunk, Tape
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
@@ -235,8 +236,9 @@ class _NetworkGroup:
     def __init__(self, view: Scenario, owners: list[DataOwner], seeds: list[int], points: np.ndarray,
                  size: int) -> None:
         names = [o.name for o in owners]
-        self.schedules = [NetworkSchedule(view.model_copy(update={"seed": seed}), owners, names, points,
-                                          size=size) for seed in seeds]
+        network = build_network(view, len(owners))
+        self.schedules = [NetworkSchedule(replace(network, seed=seed), owners, names, points, size=size)
+                          for seed in seeds]
 
     def chunks(self, r: int) -> Iterator[Chunk]:
         return self.schedules[r].chunks()
@@ -298,7 +300,8 @@ def scheduled_run(scenario: Scenario, consortium: Consortium, objective: Objecti
     sequence = OwnerSequence(ids, len(consortium.names), lr.iterations)
     bar = progress_of(progress).phase("training", total=lr.iterations, unit="update")
     with EventLog(events_path, ids if view is not scenario else None) as log, bar as bar:
-        schedule = NetworkSchedule(view, owners, [o.name for o in owners], points, log)
+        schedule = NetworkSchedule(build_network(view, len(owners)), owners, [o.name for o in owners], points,
+                                   log)
         replayed = replay(learner, owners, [_noted(schedule.chunks(), sequence)], [scenario.seed],
                           capacities(owners), points.tolist(), bar)
     training = schedule.recorder

@@ -30,6 +30,7 @@ from dpmarket import rng as streams
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.schedule.events import BLOCK_ROWS, EventLog
 from dpmarket.schedule.protocol import Metrics, Superposition, Training
+from dpmarket.schedule.sim.network import Network
 from dpmarket.schedule.tape import CHUNK, Chunk, Leave, Tape
 
 LEAVE_DETAIL = "budget spent: stops taking part"
@@ -417,7 +418,7 @@ class OverlapRecorder(Recorder):
         return owners, latest[owners]
 
 
-def may_overlap(network) -> bool:
+def may_overlap(network: Network) -> bool:
     """Whether an update's query may be older than the update before it: several channels (each
     serves one exchange at a time), or a broadcast slot that applies several answers (no collisions).
     Otherwise exchanges never overlap, and the replay checks that they did not."""
@@ -445,23 +446,23 @@ def _shallow(thing: object) -> object:
 
 
 class NetworkSchedule:
-    """One run's schedule in a network: the SimPy engine of ``scenario`` (its seed: the replication's)
+    """One run's schedule in a network: the SimPy engine on ``network`` (its seed: the replication's)
     driving a recorder on copies of ``owners`` that pay their own ledgers, paused at each full chunk.
     :meth:`chunks` runs it; afterwards ``network`` is the engine's report, ``recorder`` holds the
     metrics' k and time, the event counts and the time on the run's clock."""
 
-    def __init__(self, scenario, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
+    def __init__(self, network: Network, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
                  log: EventLog | None = None, size: int | None = None) -> None:
-        kind = OverlapRecorder if may_overlap(scenario.network) else Recorder
+        kind = OverlapRecorder if may_overlap(network) else Recorder
         log = log if log is not None else EventLog(None, by_owner=False)  # the run's counts per kind
         self.recorder = kind(fresh(owners), log, record_at, CHUNK if size is None else size)
-        self.scenario, self.names, self.network = scenario, names, None
+        self.spec, self.names, self.network = network, names, None
 
     def chunks(self) -> Iterator[Chunk]:
         """The tape, a chunk at a time, as the engine produces it (at least one chunk)."""
         from dpmarket.schedule.sim.engine import run_in_steps  # deferred: SimPy is needed only here
 
-        steps = run_in_steps(self.scenario, self.recorder, self.names, self._arm)
+        steps = run_in_steps(self.spec, self.recorder, self.names, self._arm)
         while True:
             try:
                 next(steps)
@@ -479,10 +480,10 @@ class NetworkSchedule:
         self.recorder.on_full = pause.succeed
 
 
-def network_tape(scenario, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
+def network_tape(network: Network, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
                  log: EventLog | None = None, size: int = CHUNK) -> tuple[Tape, Recorder, object]:
     """The whole tape of :class:`NetworkSchedule` (for inspection and tests), its recorder and the
     engine's report."""
-    schedule = NetworkSchedule(scenario, owners, names, record_at, log, size)
+    schedule = NetworkSchedule(network, owners, names, record_at, log, size)
     chunks = list(schedule.chunks())
     return Tape.of(chunks, schedule.network.stop_reason, False), schedule.recorder, schedule.network

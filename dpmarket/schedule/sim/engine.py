@@ -38,12 +38,12 @@ import numpy as np
 import simpy
 
 from dpmarket import rng as streams
-from dpmarket.scenario.schema import Scenario
 from dpmarket.schedule.events import BLOCK_ROWS
 from dpmarket.schedule.protocol import Training
 from dpmarket.schedule.sim import availability as avail
 from dpmarket.schedule.sim.channel import Channel
 from dpmarket.schedule.sim.exchange import Requests, Slot
+from dpmarket.schedule.sim.network import Network
 from dpmarket.schedule.sim.queue import NORMAL, Link, Stage, drain
 
 # What an uplink message calls with its owner's link (owner, time): once it reached the learner
@@ -67,20 +67,22 @@ class NetworkRun:
 class Engine:
     """One simulation: the environment, the processes and their shared state."""
 
-    def __init__(self, scenario: Scenario, training: Training, names: list[str]) -> None:
-        self.s, self.net, self.training = scenario, scenario.network, training
+    def __init__(self, network: Network, training: Training, names: list[str]) -> None:
+        self.net, self.training = network, training
         self.env = simpy.Environment()
         self.schedule = self.env.schedule  # every tick and every stage of a message is a Stage
         # the hot paths put a stage on SimPy's queue as Environment.schedule does, without its call:
         # enqueue((at, priority, next(event_ids), stage)), ``at`` being now + delay, the same float
         self.enqueue, self.event_ids = partial(heappush, self.env._queue), self.env._eid
         N = len(training.owners)
-        self.N, self.T = N, scenario.learner.iterations
-        self.rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)])
+        if network.owners != N:
+            raise ValueError(f"a network of {network.owners} owners cannot run {N} owners' training")
+        self.N, self.T = N, network.iterations
+        self.rates = np.array(network.rates)
         # clock waits drawn ahead per owner, 16 at first and twice as many each time up to about
         # 16,384 floats in all (16 to 256 per owner): a short run draws few it does not use
         self._waits_ahead = max(16, min(256, 16_384 // N))
-        self.channel_of = np.array([scenario.owner_value(i, "channel") for i in range(N)])
+        self.channel_of = np.array(network.channel_of)
         self.owner_channel = self.channel_of.tolist()  # the same, as Python ints for the hot paths
         self.channels = [Channel(self.env, c, self.net.collisions) for c in range(self.net.channels)]
         self.availability = avail.Availability(self.env, N, self._availability_changed, self._gone,
@@ -91,7 +93,7 @@ class Engine:
         self.slots_on_air = 0  # broadcast slots whose messages are not all resolved yet
         self.learner_busy = [False] * self.net.channels
         self.ready: list[set[int]] = [set() for _ in range(self.net.channels)]
-        self.channel_rng = streams.stream(scenario.seed, "channel")
+        self.channel_rng = streams.stream(network.seed, "channel")
         # Without carrier sensing the channel stream only decides random losses, so its
         # uniforms can be drawn in blocks (the same sequence); back-offs interleave other draws.
         self._loss_draws = (streams.in_blocks(self.channel_rng.random, 1024)
@@ -161,9 +163,7 @@ class Engine:
     # -- processes -----------------------------------------------------------------------
     def start(self) -> None:
         """Start every owner's clock and availability processes, and the learner's."""
-        trace, seed = self._trace(), self.s.seed
-        periods = [(self.s.owner_value(i, "mean_online"), self.s.owner_value(i, "mean_offline"))
-                   for i in range(self.N)]
+        trace, seed, periods = self._trace(), self.net.seed, self.net.periods
         alternating = [i for i in range(self.N) if periods[i][0] is not None]
         gens = streams.streams([(seed, "clocks", i) for i in range(self.N)]
                                + [(seed, "availability", i) for i in alternating])
@@ -185,7 +185,7 @@ class Engine:
         on, off = periods
         if on is not None:
             avail.Alternating(self.availability, i, on, off, gen)
-        spans = [(w.start, w.end) for w in self.s.owner_value(i, "outages")]
+        spans = list(self.net.outages[i])
         if i in trace:
             spans += avail.offline_gaps(trace[i])
         if spans:
@@ -439,19 +439,19 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def run_network(scenario: Scenario, training: Training, names: list[str]) -> NetworkRun:
-    """Drive ``training`` with the SimPy engine of ``scenario.network``."""
-    engine = Engine(scenario, training, names)
+def run_network(network: Network, training: Training, names: list[str]) -> NetworkRun:
+    """Drive ``training`` with the SimPy engine on ``network``."""
+    engine = Engine(network, training, names)
     return _report(engine, engine.run())
 
 
-def run_in_steps(scenario: Scenario, training: Training, names: list[str],
+def run_in_steps(network: Network, training: Training, names: list[str],
                  arm: Callable[[simpy.Event], None]) -> Generator[None, None, NetworkRun]:
     """:func:`run_network` in steps, for a schedule streamed in chunks: before each step ``arm`` gets
     a fresh SimPy event, which the training triggers when it wants the engine to pause (a chunk of
     tape is full); each pause is a ``yield``, and the generator returns the engine's report. The
     pauses change nothing the engine does."""
-    engine = Engine(scenario, training, names)
+    engine = Engine(network, training, names)
     engine.start()
     while True:
         pause = engine.env.event()
