@@ -13,6 +13,8 @@ from scipy import stats
 from dpmarket.scenario.loading import validate
 from dpmarket.scenario.schema import Scenario
 
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+
 # Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here.
 SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0}}
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import MARKET as POSTED_PRICE
+from helpers import tiny, tiny_toml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,8 +24,6 @@ from dpmarket.cli import main
 from dpmarket.errors import DPMarketError, ScenarioError
 from dpmarket.scenario.overrides import parse_override
 from dpmarket.system import files
-from tests.helpers import MARKET as POSTED_PRICE
-from tests.helpers import tiny, tiny_toml
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKET = {**POSTED_PRICE, "offer_epsilon": 2.0}

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import csv
 import re
-from pathlib import Path
 
 import pandas as pd
-from helpers import budgeted_market_toml, tiny
+from helpers import ROOT, budgeted_market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
@@ -16,7 +15,7 @@ from dpmarket.output.results import run_and_write
 from dpmarket.output.timeline import load_run, owner_table
 from dpmarket.schedule.events import KINDS
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_owner_names_do_not_change_with_the_number_of_owners():

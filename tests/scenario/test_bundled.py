@@ -6,13 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
 from dpmarket.scenario import bundled
 from dpmarket.scenario.loading import load
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_package_holds_exactly_the_repositorys_scenarios():

@@ -10,13 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
-from test_sweep_plots import synthetic_owners, synthetic_sweep
 
 from dpmarket.output.figures import market as market_plots
 from dpmarket.output.figures import run as plots
 from dpmarket.output.figures import sweep as sweep_plots
 from dpmarket.output.figures import topology
 from dpmarket.output.figures.axes import MIN_LABELS, log_locator, plain, text_colour
+from tests.output.figures.test_sweep import synthetic_owners, synthetic_sweep
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 
 from dpmarket.cli import main
 from dpmarket.output.results import market_timeline_data, run_and_write
-from tests.test_market_dynamic import REQUEST, WILLING, scenario
+from tests.markets.test_dynamic import REQUEST, WILLING, scenario
 
 
 def market_rows(path):

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import MARKET, ROOT, market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
 from dpmarket.scenario.loading import load, validate
-from tests.helpers import MARKET, market_toml, tiny
 
-ROOT = Path(__file__).resolve().parents[1]
 NY = ROOT / "scenarios" / "ny_hospitals.toml"
 MARKET_TOML = market_toml()
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import ROOT
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
@@ -26,7 +27,7 @@ from dpmarket.scenario.loading import load, validate
 
 SITES = {"A": 80, "B": 50, "C": 30, "D": 10}  # private rows per site, interleaved in the file
 HOLDOUT = 40
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+SHARED = ROOT.parent / "shared" / "data"
 
 
 def records(seed: int = 0) -> pd.DataFrame:
@@ -511,7 +512,7 @@ def test_cli_run_reports_what_was_dropped_and_clipped(tmp_path, capsys):
                     reason="the SPARCS extract ../shared/data/sparcs2020_survivors.csv.gz is not "
                            "beside this checkout")
 def test_sparcs_counties_end_to_end(tmp_path, capsys):
-    scenario_file = Path(__file__).resolve().parents[1] / "scenarios" / "ny_counties_sparcs.toml"
+    scenario_file = ROOT / "scenarios" / "ny_counties_sparcs.toml"
     out = tmp_path / "run"
     assert main(["run", str(scenario_file), "--out", str(out), "--quiet",
                  "--set", "learner.iterations=200", "--set", "output.plots=false"]) == 0

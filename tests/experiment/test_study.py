@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ks_accepts, saved_replications, tiny, wait_for
+from helpers import ROOT, ks_accepts, saved_replications, tiny, wait_for
 from scipy import stats
 
 from dpmarket import rng
@@ -265,7 +265,7 @@ def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tm
     # eight cells of 16: replayed, a task is a whole cell, so the interrupt finds tasks still queued
     args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", f"privacy.epsilon={EPSILONS}",
             "--replications", "16", "--executor", "process", "--workers", "2", "--quiet"]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
     wait_for(lambda: list((out / "tasks").glob("c*.json")))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import tiny_toml, wait_for
+from helpers import ROOT, tiny_toml, wait_for
 
 from dpmarket.cli import main
 from dpmarket.errors import RunDirectoryError
@@ -25,7 +25,6 @@ from dpmarket.experiment import study
 from dpmarket.output import results
 from dpmarket.system import files
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 TINY = tiny_toml()
 # 300 short tasks (a replayed task is a whole cell of 32 replications, about 0.1 s): far from done

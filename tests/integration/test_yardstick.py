@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import MARKET, tiny
 from matplotlib.axes import Axes
 
 from dpmarket.cli import main
@@ -18,7 +19,6 @@ from dpmarket.output.figures import run as plots
 from dpmarket.output.results import figure_data, run_and_write
 from dpmarket.output.summary import summary
 from dpmarket.runs.run import execute
-from tests.helpers import MARKET, tiny
 
 # ρ = 1 and T = 300 keep the tiny owners' copies stable (no curvature warning); only ε then
 # decides whether training beats θ = 0: at ε = 1000 it does, at ε = 0.01 the noise wins.

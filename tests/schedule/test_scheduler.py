@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from helpers import chi2_accepts, ks_accepts, tiny
 from scipy import stats
 
 from dpmarket.cli import main
@@ -19,8 +20,7 @@ from dpmarket.rng import stream
 from dpmarket.runs.run import execute
 from dpmarket.schedule import sequence
 from dpmarket.schedule.protocol import record_points
-from tests.helpers import chi2_accepts, ks_accepts, tiny
-from tests.test_engine import build, run
+from tests.schedule.sim.test_engine import build, run
 
 LEAVES = "budget spent: stops taking part"
 

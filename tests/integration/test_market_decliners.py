@@ -10,11 +10,11 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import EVERY_LEVER, tiny
 
 from dpmarket.cli import main
 from dpmarket.scenario.schema import POLICIES
 from dpmarket.schedule.roster import Roster
-from tests.helpers import EVERY_LEVER, tiny
 
 # Four owners from privacy-indifferent (c = 0.05) to very averse (c = 10), a budget of 5 and
 # constant forecast terms (no pilots): each policy leaves one to three of them out.

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,6 @@ from dpmarket.output.summary import owner_rows
 from dpmarket.output.timeseries import market_series
 from dpmarket.runs.replications import batched, replayable
 from dpmarket.runs.run import execute
-from tests.helpers import tiny
 
 MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 0.5, "epsilon_max": 20.0,
           "costs": {"kind": "quadratic", "coef": 0.5}, "forecast": {"c0": 0.01, "c1": 0.0, "c2": 2e4}}
@@ -291,7 +291,7 @@ def test_bad_dynamic_settings_are_one_line_exit_2_nothing_written(tmp_path, caps
 
 def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monkeypatch):
     """Table data without a hold-out: nothing public measures the model, so the progress rule is refused."""
-    from tests.test_table import market_scenario
+    from tests.data.test_table import market_scenario
 
     monkeypatch.chdir(tmp_path)
     market = 'policy = "posted_price"\nprice = 1.0\nmode = "dynamic"\nrule = "progress"\nvalue = 5.0\n'

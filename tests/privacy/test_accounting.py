@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
-from helpers import ks_accepts, mean_within, tiny
+from helpers import ROOT, ks_accepts, mean_within, tiny
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
@@ -33,7 +33,6 @@ from dpmarket.privacy.accounting import composed_epsilon, epsilon_curve, noise_m
 from dpmarket.privacy.cohort import build_owners, sensitivity
 from dpmarket.privacy.mechanisms import ComposedLedger
 
-ROOT = Path(__file__).resolve().parents[1]
 TARGETS = [(1, 5.0, 1e-5), (24, 10.0, 1e-6), (24, 1.0, 1e-6), (300, 2.0, 1e-6), (1000, 10.0, 1e-6)]
 
 

@@ -15,6 +15,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from helpers import tiny
 
 from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
@@ -28,8 +29,7 @@ from dpmarket.schedule.protocol import record_points
 from dpmarket.schedule.scheduler import IdealSchedules, NetworkSchedule, Recorder
 from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import Chunk, Tape
-from tests.helpers import tiny
-from tests.test_replay import CASES, STALE, deal, mismatches, setup
+from tests.replay.test_kernel import CASES, STALE, deal, mismatches, setup
 
 SIZE, BLOCK = 7, 5
 STREAMED = ("squared_async", "squared_capped_leaves", "squared_all_exhausted", "unequal_rates_caps", "sync",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import saved_replications, tiny
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,7 +31,6 @@ from dpmarket.schedule.protocol import record_points
 from dpmarket.schedule.scheduler import capacities, log_tape, network_tape
 from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import CHUNK
-from tests.helpers import saved_replications, tiny
 
 RELATIVE = 1e-12
 SEEDS = (11, 12, 13, 14)

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import csv
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import MARKET as POSTED_PRICE
+from helpers import ROOT, budgeted_market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import problem
@@ -19,8 +20,6 @@ from dpmarket.output.summary import owner_rows, summary
 from dpmarket.privacy import cohort
 from dpmarket.runs import pilots as calibration
 from dpmarket.runs import run
-from tests.helpers import MARKET as POSTED_PRICE
-from tests.helpers import budgeted_market_toml, tiny
 
 MARKET = {**POSTED_PRICE, "offer_epsilon": 2.0}
 
@@ -289,7 +288,7 @@ def test_forecast_command_prints_psi_and_each_owners_verdict(tmp_path, capsys):
 def test_market_scenarios_validate():
     from dpmarket.scenario.loading import load
 
-    root = Path(__file__).resolve().parents[1] / "scenarios"
+    root = ROOT / "scenarios"
     banks = load(root / "banks_market.toml")
     ny = load(root / "ny_hospitals.toml")
     assert banks.market.policy == "stackelberg" and ny.market.forecast is not None

@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, tiny_toml
 
 from dpmarket.cli import main
 from dpmarket.replay import compiled
 from dpmarket.replay import kernel as replay_module
 from dpmarket.runs.replications import run_cell
 from dpmarket.schedule.tape import CHUNK
-from tests.helpers import tiny_toml
-from tests.test_replay import SEEDS, deal, setup
+from tests.replay.test_kernel import SEEDS, deal, setup
 
 RELATIVE = 1e-12
 HANDLED = ("squared_async", "squared_capped_leaves", "unequal_rates_caps", "inverse_frequency", "proof_step",
@@ -31,7 +30,6 @@ HANDLED = ("squared_async", "squared_capped_leaves", "unequal_rates_caps", "inve
 STALE = ("broadcast", "request_two_channels_sensing")  # two channels: queries older than k − 1 (or
 NOT_HANDLED = ("squared_clip", "logistic", "sync", *STALE)  # kept for later) in every block, even of 7
 RIGHT = compiled.async_block
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def replayed(case: str, kernel: str, monkeypatch, wrong=None, block: int | None = None) -> tuple:

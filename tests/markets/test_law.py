@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import problem
@@ -26,9 +27,7 @@ from dpmarket.runs import inline, run
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.loading import load, validate
 from dpmarket.scenario.schema import POLICIES
-from tests.helpers import tiny
 
-ROOT = Path(__file__).resolve().parents[1]
 BANKS = ROOT / "scenarios" / "banks_market.toml"
 BAND = 1.5  # the target: every forecast within ×1.5 of its simulated mean
 
@@ -265,7 +264,7 @@ def test_the_law_refuses_a_learner_it_does_not_describe():
 
 def test_a_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path, monkeypatch, capsys):
     """Table data whose hold-out (40 rows) cannot stand in for the owners' 170: default pilots refuse."""
-    from tests.test_table import market_scenario
+    from tests.data.test_table import market_scenario
 
     monkeypatch.chdir(tmp_path)
     market_scenario(tmp_path, 'holdout = 40\n', 'policy = "auction"\nprice = 1.0\noffer_epsilon = 2.0\n')

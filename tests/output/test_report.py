@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import tiny
 
 from dpmarket.output import report
 from dpmarket.output.report import Figure, Heading, Table, Text, render, run_report, write_report
 from dpmarket.output.results import run_and_write
-from tests.helpers import tiny
 
 # One real PNG (1x1, black) so figures can be embedded without drawing anything.
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAAAAAA6fptVAAAACklEQVR4nGNgAAAAAgABSK+kcQ"
