@@ -77,8 +77,8 @@ def fit_lines(forecast) -> list[str]:
              f"{forecast.rms_relative_error:.3f}, {forecast.points} pilot points (budget x subset, "
              "replications averaged)"]
     if forecast.excluded:
-        lines.append(f"              {forecast.excluded} more pilot points left out: psi above the untrained "
-                     "model's (the box clips the noise there)")
+        lines.append(f"              {forecast.excluded} more pilot points left out: psi forecast (law) or "
+                     "simulated (Theorem 2) above the untrained model's (the box clips the noise there)")
     for row in forecast.by_size:
         lines.append(f"  {row['members']:>4} owners: RMS relative error {row['rms_relative_error']:.3f} "
                      f"over {row['points']} points")
