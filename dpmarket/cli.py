@@ -40,7 +40,8 @@ EXAMPLES = {
   dpmarket forecast ny_hospitals --set market.price=10""",
     "market": """examples:
   dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
-  dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2""",
+  dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2
+  dpmarket market banks_market --policies posted_price,auction,marginal --replications 10 --properties""",
     "scenarios": """examples:
   dpmarket scenarios
   dpmarket validate ny_hospitals > my.toml      a resolved copy to edit, then: dpmarket run my.toml""",
@@ -121,6 +122,10 @@ def _parser() -> argparse.ArgumentParser:
     mk.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     mk.add_argument("--workers", type=_positive, default=1, metavar="N",
                     help="worker processes for the training runs (default 1; results do not depend on it)")
+    mk.add_argument("--properties", action="store_true",
+                    help="also judge each policy: individual rationality, truthfulness, budget, welfare "
+                         "and efficiency, Shapley fairness, replication (Sybil) robustness; writes "
+                         "properties.csv, owner_properties.csv and a report section")
     _add_set(mk)
     _command(sub, "scenarios", "list the bundled example scenarios", (
         "List the example scenarios that come with dpmarket, with their descriptions. Any command "
@@ -237,13 +242,16 @@ def _market(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
-    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications))
+    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications),
+                            args.properties)
     out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
     directories.check(out, what)  # before the work: another comparison's results are never replaced
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
-                                 progress=not args.quiet)
+                                 progress=not args.quiet, properties=args.properties)
     rows = compare.write(comparison, out)
     print(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
+    if args.properties:
+        print(compare.property_table(compare.property_rows(comparison)))
     return 0
 
 

@@ -13,6 +13,8 @@ through them:
 - :mod:`~dpmarket.markets.outcome`: what a policy decides: ε, payments, costs, utilities
 - :mod:`~dpmarket.markets.stage`: a run's market stage: the scenario's policy applied
 - :mod:`~dpmarket.markets.dynamic`: the market in time: prices, payments, joins and leaves as events
+- :mod:`~dpmarket.markets.lab`: the mechanism lab: each policy's properties (rationality, truthfulness,
+  budget, welfare, fairness, replication) on the forecast
 
 The package is named ``markets`` so that ``dpmarket.market(...)``, the notebook API's policy
 comparison, stays a function.

@@ -401,9 +401,11 @@ def _figure_blocks(figures: list[Path]) -> list[Block]:
 
 def market_report(directory: Path, title: str, summary: dict, policies: Sequence[Mapping[str, Any]],
                   market: Sequence[Mapping[str, Any]], figures: list[Path],
-                  owners_per_policy: int = 25) -> Path:
+                  owners_per_policy: int = 25, properties: dict | None = None) -> Path:
     """``report.html`` of a policy comparison: policies.csv, both figures, market.csv trimmed to the
-    first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json."""
+    first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json;
+    with ``properties`` (rows, owners, figures, method of ``market --properties``) a section of the
+    property table, its figures and owner_properties.csv trimmed likewise."""
     shown = [r for r in market if r["owner"] < owners_per_policy]
     owners = len({r["owner"] for r in market})
     caption = ("market.csv: every owner under every policy" if len(shown) == len(market) else
@@ -418,10 +420,33 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
         *_figure_blocks(figures),
         Heading("Owners"),
         Table(caption, shown, max_rows=len(shown)),
+        *(_property_blocks(properties, owners_per_policy) if properties else []),
         Heading("Summary"),
         _facts_table("summary.json", summary),
     ]
     return write_report(directory, title, blocks)
+
+
+def _property_blocks(properties: dict, owners_per_policy: int) -> list[Block]:
+    """The mechanism lab's section: definitions in one paragraph, the table, figures, owners."""
+    owners = properties["owners"]
+    shown = [r for r in owners if r["owner"] < owners_per_policy]
+    return [
+        Heading("Properties"),
+        Text("Individual rationality: share of owners with negative realised utility (payment − cost + "
+             "model gain at each replication's simulated ψ) and the worst utility, ± standard error over "
+             "replications. Truthfulness: each owner's best gain from reporting its cost coefficient times "
+             "¼ … 4, the others truthful (on the forecast). Welfare: value − costs, forecast and simulated, "
+             "over the best any coalition and budgets reach under the forecast (" + properties["method"]
+             + "). Fairness: Shapley values of the learner's value over each policy's participants at "
+             "the ε they sold, and the correlation of payments with them. Replication: an owner's gain "
+             "from splitting its records into k = 2, 4 fake owners. Definitions: "
+             "docs/guides/mechanism-lab.md."),
+        Table("properties.csv: one row per policy", properties["rows"], max_rows=len(properties["rows"])),
+        *_figure_blocks(properties["figures"]),
+        Table(f"owner_properties.csv, owners below {owners_per_policy} under each policy "
+              f"({len(owners)} rows in the file)", shown, max_rows=len(shown)),
+    ]
 
 
 # Captions of the experiment and market figures (output.sweep_plots, output.market_plots), by file name.
@@ -442,6 +467,13 @@ FIGURE_CAPTIONS = {
                        "(hollow) against each policy's total payment; one marker shape per policy, "
                        "policies that paid the same side by side.",
     "epsilons.png": "The ε chosen by the participating owners under each policy.",
+    "welfare_payment.png": "Welfare (learner's value − owners' costs; filled: simulated ± one standard "
+                           "error, hollow: forecast) against each policy's total payment; dashed: the "
+                           "best welfare under the forecast (dotted: the first best without a budget).",
+    "payment_shapley.png": "Each participant's payment against its Shapley value of the learner's value "
+                           "among the policy's participants; dashed: payment = Shapley value.",
+    "misreport_gain.png": "Each owner's best gain from misreporting its cost coefficient (¼ … 4 times "
+                          "the truth), per policy; white: no gain.",
 }
 
 
