@@ -256,12 +256,15 @@ def identity(scenario: Scenario, policies: list[str], seeds: list[int], properti
 def property_table(rows: list[dict]) -> str:
     """The property table for the terminal: one line per policy (``properties.csv`` has every column)."""
     lines = [f"{'policy':<20} {'IR viol':>7} {'lie: gain>0':>11} {'max':>8} {'split4 max':>10} "
-             f"{'efficiency':>10} {'r(pay,Shap)':>11} {'surplus sim':>11}"]
+             f"{'efficiency':>10} {'r(pay,Shap)':>11} {'share dist':>10} {'surplus sim':>11}"]
     for r in rows:
         lines.append(f"{r['policy']:<20} {r['ir_violation_share']:>7.2f} {r['misreport_gain_share']:>11.2f} "
                      f"{r['misreport_gain_max']:>8.3g} {r.get('sybil4_gain_max', float('nan')):>10.3g} "
                      f"{r['efficiency']:>10.3f} {r['payment_shapley_correlation']:>11.3f} "
-                     f"{r['surplus_simulated']:>11.4g}")
+                     f"{r['payment_shapley_share_distance']:>10.3f} {r['surplus_simulated']:>11.4g}")
+    lines.append("IR viol: share of owners below zero utility; lie: share gaining from a misreported cost, "
+                 "largest gain; split4: largest gain from 4 fake owners; share dist: payment shares against "
+                 "Shapley shares (0: in proportion); all columns in properties.csv")
     return "\n".join(lines)
 
 

@@ -18,9 +18,12 @@ replication, from the comparison) and the market, :func:`evaluate` measures:
 
 Figures from the simulated runs carry their standard error over replications; those on the
 forecast are exact for these owners (no sampling), but for sampled Shapley values, whose error
-comes from the sampled orders. A gain counts when it exceeds a tolerance: 10⁻⁹·max(1, value) of
-numerical noise, or, where the policy pays sampled Shapley values, twice their largest standard
-error (a misreport changes who stays, hence the orders drawn).
+comes from the sampled orders (the lab samples at least LAB_SAMPLES orders for its own values). A
+gain counts when it exceeds a tolerance: 10⁻⁹·max(1, value) of numerical noise, or, where the
+policy itself pays sampled Shapley values (``marginal`` beyond 20 members), twice the standard error
+of a difference of m such payments, 2·√m·σ with σ the largest standard error of one payment (a
+deviation changes who stays, hence the orders drawn): m = 2 for a misreport (the truthful and the
+misreported payment), k + 1 for a split into k fakes.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ import numpy as np
 from dpmarket.markets.forecast import Forecaster
 from dpmarket.markets.lab import deviations, welfare
 from dpmarket.markets.outcome import Outcome
-from dpmarket.markets.policies import shapley_with_error
+from dpmarket.markets.policies import SHAPLEY_STREAM, sampled_shapley, shapley_with_error
 from dpmarket.markets.sellers import Sellers
 from dpmarket.scenario.schema import Market
 
@@ -51,7 +54,8 @@ class Properties:
     # truthfulness, on the forecast
     truthful_utility: np.ndarray
     misreport_gain: np.ndarray
-    tolerance: float
+    numerical: float  # the tolerance of numerical noise
+    payment_noise: float  # σ: the largest standard error of one payment (sampled Shapley payments; else 0)
     # budget
     spend: float
     budget: float | None
@@ -71,10 +75,14 @@ class Properties:
     parts: tuple[int, ...] = deviations.PARTS
     sybil_gain: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
 
+    def tolerance(self, payments: int = 2) -> float:
+        """What a gain must exceed to count, comparing sums of ``payments`` noisy payments."""
+        return max(self.numerical, 2.0 * np.sqrt(payments) * self.payment_noise)
+
     @property
     def misreport_share(self) -> float:
         """Share of owners with a misreport that gains more than the tolerance."""
-        return float(np.mean(self.misreport_gain > self.tolerance))
+        return float(np.mean(self.misreport_gain > self.tolerance(2)))
 
     @property
     def exact_shapley(self) -> bool:
@@ -88,7 +96,7 @@ class Properties:
 
     def sybil_share(self, k: int) -> float:
         """Share of owners that gain from splitting into ``k`` fakes."""
-        return float(np.mean(self.sybil_gain[:, self.parts.index(k)] > self.tolerance))
+        return float(np.mean(self.sybil_gain[:, self.parts.index(k)] > self.tolerance(k + 1)))
 
     def sybil_max(self, k: int) -> float:
         """The largest gain from splitting into ``k`` fakes."""
@@ -100,8 +108,9 @@ def mean_se(values: np.ndarray) -> tuple[float, float]:
     values = np.asarray(values, dtype=float)
     if len(values) == 0:
         return float("nan"), float("nan")
-    se = float(values.std(ddof=1) / np.sqrt(len(values))) if len(values) > 1 else 0.0
-    return float(values.mean()), se
+    if np.ptp(values) == 0:  # one value, or the same in every replication: exactly no spread
+        return float(values[0]), 0.0
+    return float(values.mean()), float(values.std(ddof=1) / np.sqrt(len(values)))
 
 
 def realised_utilities(outcome: Outcome, s: Sellers, psi: np.ndarray) -> np.ndarray:
@@ -118,10 +127,12 @@ def evaluate(outcome: Outcome, psi: np.ndarray, s: Sellers, f: Forecaster, m: Ma
     """The properties of ``outcome`` (the module docstring); ``psi`` its simulated ψ per replication,
     ``best`` the reference best welfare (within the budget if any) and ``first_best`` the unconstrained."""
     policy, psi = outcome.policy, np.asarray(psi, dtype=float)
-    tolerance = 1e-9 * max(1.0, m.value)
-    phi, phi_se = shapley_with_error(s, f, m, outcome.epsilon, outcome.participates, seed)
+    phi, phi_se = fairness_values(outcome, s, f, m, seed)
+    noise = 0.0
     if policy == "marginal" and m.contribution == "shapley" and np.any(phi_se):
-        tolerance = max(tolerance, 2.0 * float(np.max(phi_se)))  # its payments are sampled Shapley values
+        # its payments are Shapley values sampled from m.shapley_samples orders: σ grows as 1/√samples
+        lab = max(m.shapley_samples, LAB_SAMPLES)
+        noise = float(np.max(phi_se)) * np.sqrt(lab / m.shapley_samples) * _budget_share(outcome, phi)
     truthful = np.array([deviations.utility(outcome, s, i) for i in range(s.count)])
     lied = deviations.misreport_utilities(policy, s, f, m, seed)
     split = deviations.split_utilities(policy, s, f, m, seed)
@@ -136,9 +147,33 @@ def evaluate(outcome: Outcome, psi: np.ndarray, s: Sellers, f: Forecaster, m: Ma
     w_forecast = (float(welfare.realised(outcome, s, m.value, outcome.psi_forecast)[0])
                   if outcome.participates.any() else 0.0)
     return Properties(policy, len(psi), *ir_share, *ir_worst, truthful,
-                      np.maximum(0.0, lied.max(axis=1) - truthful), tolerance, outcome.spend, m.budget,
+                      np.maximum(0.0, lied.max(axis=1) - truthful), 1e-9 * max(1.0, m.value), noise,
+                      outcome.spend, m.budget,
                       outcome.surplus, *surplus, w_forecast, *welfare_sim, best.welfare, first_best.welfare,
                       phi, phi_se, deviations.PARTS, split - truthful[:, None])
+
+
+LAB_SAMPLES = 4000  # orders the lab samples at least for its own Shapley values beyond 20 participants
+
+
+def fairness_values(outcome: Outcome, s: Sellers, f: Forecaster, m: Market,
+                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(φ, its standard error) of the participants in V(S) = value·max(0, 1 − ψ̂(S)) at their ε: exact
+    up to 20 participants, else from max(market.shapley_samples, LAB_SAMPLES) orders (the stream the
+    marginal policy samples, so at equal counts the same orders)."""
+    if outcome.participates.sum() <= 20 or m.shapley_samples >= LAB_SAMPLES:
+        return shapley_with_error(s, f, m, outcome.epsilon, outcome.participates, seed)
+    from dpmarket import rng as streams
+
+    more = m.model_copy(update={"shapley_samples": LAB_SAMPLES})
+    return sampled_shapley(s, f, more, outcome.epsilon, outcome.members,
+                           streams.stream(seed, "market", SHAPLEY_STREAM))
+
+
+def _budget_share(outcome: Outcome, phi: np.ndarray) -> float:
+    """The factor a budget scaled Shapley payments by (payments / values, 1 when not scaled)."""
+    total = float(np.sum(phi[outcome.participates]))
+    return min(1.0, outcome.spend / total) if total > 0 else 1.0
 
 
 def references(s: Sellers, f: Forecaster, m: Market,
@@ -175,7 +210,7 @@ def policy_row(p: Properties, outcome: Outcome) -> dict:
         "ir_violation_share": p.ir_share, "ir_violation_share_se": p.ir_share_se,
         "ir_worst_utility": p.ir_worst, "ir_worst_utility_se": p.ir_worst_se,
         "misreport_gain_share": p.misreport_share, "misreport_gain_max": float(np.max(p.misreport_gain)),
-        "gain_tolerance": p.tolerance,
+        "gain_tolerance": p.tolerance(2), "payment_noise": p.payment_noise,
         "payment": p.spend, "budget": "" if p.budget is None else p.budget,
         "within_budget": "" if p.budget is None else bool(p.spend <= p.budget * (1 + 1e-12)),
         "surplus_forecast": p.surplus_forecast, "surplus_simulated": p.surplus_simulated,

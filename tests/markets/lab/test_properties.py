@@ -45,14 +45,14 @@ def test_a_posted_price_is_truthful_for_price_takers():
     m = Market(value=300.0, price=0.5)
     for s in random_sellers():
         p = table("posted_price", s, m)
-        assert np.all(p.misreport_gain <= p.tolerance) and p.misreport_share == 0.0
+        assert np.all(p.misreport_gain <= p.tolerance()) and p.misreport_share == 0.0
 
 
 def test_the_threshold_auction_gains_nothing_from_misreports():
     for s in random_sellers():
         m = Market(value=300.0, price=0.5, offer_epsilon=3.0, winners=max(1, s.count // 2), budget=20.0)
         p = table("auction", s, m)
-        assert np.max(p.misreport_gain) <= p.tolerance
+        assert np.max(p.misreport_gain) <= p.tolerance()
         assert np.all(p.truthful_utility >= -1e-12)  # individually rational
 
 
@@ -185,3 +185,17 @@ def test_rows_have_one_line_per_policy_and_owner():
     assert row["surplus_simulated"] == pytest.approx(300.0 * (1 - 0.015) - o.spend)
     owners = properties.owner_rows(p, o, ["a", "b", "c"])
     assert [r["name"] for r in owners] == ["a", "b", "c"] and {"sybil2_gain", "sybil4_gain"} <= set(owners[0])
+
+
+def test_beyond_twenty_participants_the_lab_samples_its_own_values_more_finely():
+    """22 owners: the lab's Shapley values come from 4,000 orders (the policy's 500 are too coarse to
+    judge it by), their errors about √8 times smaller; and they agree with the policy's within 5 SE."""
+    gen = np.random.default_rng(2)
+    s = sellers(np.full(22, 0.01), gen.integers(5_000, 50_000, 22))
+    m = Market(value=300.0, offer_epsilon=3.0, shapley_samples=500)
+    o = pm.take_it_or_leave_it(s, F, m.model_copy(update={"price": 1.0}))
+    phi, se = properties.fairness_values(o, s, F, m, 1)
+    coarse, coarse_se = pm.shapley_with_error(s, F, m, o.epsilon, o.participates, 1)
+    assert o.participates.sum() == 22
+    assert np.median(coarse_se / se) == pytest.approx(np.sqrt(8), rel=0.2)
+    assert np.all(np.abs(phi - coarse) <= 5 * np.hypot(se, coarse_se))
