@@ -65,8 +65,10 @@ def _law_terms(forecast, eps: np.ndarray, sizes: np.ndarray, members: np.ndarray
     if forecast.form != "law" or not members.any():
         return ""
     free, noise = forecast.terms(eps, sizes, members)
-    return (f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) "
-            f"+ {forecast.c2:.3g} x {noise[0]:.4g} (noise)")
+    noise_text = f"{forecast.c2:.3g} x {noise[0]:.4g} (noise)"
+    if np.isfinite(forecast.inputs.box):  # 1/sat = 1/(c2·V) + 1/ψ_box (dpmarket/markets/law.py)
+        noise_text = f"sat({noise_text}; box psi {forecast.inputs.box:.4g})"
+    return f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) + {noise_text}"
 
 
 def fit_lines(forecast) -> list[str]:

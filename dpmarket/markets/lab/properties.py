@@ -77,7 +77,7 @@ class Properties:
 
     def tolerance(self, payments: int = 2) -> float:
         """What a gain must exceed to count, comparing sums of ``payments`` noisy payments."""
-        return max(self.numerical, 2.0 * np.sqrt(payments) * self.payment_noise)
+        return float(max(self.numerical, 2.0 * np.sqrt(payments) * self.payment_noise))
 
     @property
     def misreport_share(self) -> float:
@@ -132,7 +132,7 @@ def evaluate(outcome: Outcome, psi: np.ndarray, s: Sellers, f: Forecaster, m: Ma
     if policy == "marginal" and m.contribution == "shapley" and np.any(phi_se):
         # its payments are Shapley values sampled from m.shapley_samples orders: σ grows as 1/√samples
         lab = max(m.shapley_samples, LAB_SAMPLES)
-        noise = float(np.max(phi_se)) * np.sqrt(lab / m.shapley_samples) * _budget_share(outcome, phi)
+        noise = float(np.max(phi_se) * np.sqrt(lab / m.shapley_samples) * _budget_share(outcome, phi))
     truthful = np.array([deviations.utility(outcome, s, i) for i in range(s.count)])
     lied = deviations.misreport_utilities(policy, s, f, m, seed)
     split = deviations.split_utilities(policy, s, f, m, seed)

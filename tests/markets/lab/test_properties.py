@@ -185,6 +185,8 @@ def test_rows_have_one_line_per_policy_and_owner():
     assert row["surplus_simulated"] == pytest.approx(300.0 * (1 - 0.015) - o.spend)
     owners = properties.owner_rows(p, o, ["a", "b", "c"])
     assert [r["name"] for r in owners] == ["a", "b", "c"] and {"sybil2_gain", "sybil4_gain"} <= set(owners[0])
+    plain = (bool, int, float, str)  # numpy scalars would be written as np.float64(...) in the CSV
+    assert all(type(v) in plain for v in row.values()) and all(type(v) in plain for v in owners[0].values())
 
 
 def test_beyond_twenty_participants_the_lab_samples_its_own_values_more_finely():
