@@ -1,0 +1,6 @@
+"""The documentation's tests: examples (harness.py), output reference, links, and the site in a browser."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))  # harness.py, beside this file
