@@ -40,6 +40,14 @@ def help_text(*args: str) -> str:
     return out.stdout.rstrip()
 
 
+def _intro(name: str) -> str:
+    """A hand-written part of a generated page (kept beside it in docs/, excluded from the build)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / name).read_text(encoding="utf-8")
+    return "\n".join(line for line in text.splitlines() if not line.startswith("<!--")).strip()
+
+
 def commands_markdown() -> str:
     """The commands page: the program's help, then each command's, in the parser's own words."""
     version = subprocess.run([sys.executable, "-m", "dpmarket", "--version"], capture_output=True,
@@ -53,6 +61,8 @@ def commands_markdown() -> str:
         "(`python -m dpmarket scenarios` lists them). Bad input of any kind ends with one line on "
         "stderr naming the file, the key and the value, exit status 2, and nothing written; Ctrl-C "
         "exits with 130, SIGTERM with 143.",
+        "",
+        _intro("reference/commands.intro.md"),
         "",
         "## dpmarket",
         "",
@@ -149,7 +159,8 @@ def type_text(tp: Any) -> str:
         return f"list of {type_text(item)}"
     if _is_model(tp):
         return "table"
-    return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
+    names = {int: "integer", float: "number", str: "string", bool: "boolean"}
+    return names.get(tp, getattr(tp, "__name__", str(tp)))
 
 
 def _default_text(field: FieldInfo) -> str:
@@ -256,6 +267,7 @@ def scenario_keys_markdown(model: type[BaseModel] | None = None) -> str:
         columns = ["key", "type", "default", "allowed", *(["description"] if described else [])]
         lines += ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
         for key in rows:
-            cells = [f"`{key.path}`", key.type, key.default, key.allowed, *([key.description] if described else [])]
+            cells = [f"`{key.path}`", key.type, key.default, key.allowed]
+            cells += [key.description] if described else []
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"

@@ -8,17 +8,19 @@ Every fenced block of a page under ``docs/`` is one of:
   suite's interpreter. The command must exit 0, unless what it prints is a ``dpmarket: error:`` line
   (exit status 2) or ``dpmarket: interrupted`` (130/143).
 * ```` ```pycon ````: a Python session (``>>>`` and ``...`` prompts), run with :mod:`doctest`
-  (whitespace normalised, no ellipsis); all sessions of a page share one namespace.
+  (whitespace and wall-clock times normalised, no ellipsis); all sessions of a page share one namespace.
 * a block with ``title="NAME"`` (```` ```toml title="first.toml" ````): a file the reader writes;
   the harness writes it, then later blocks use it.
 * ```` ```text ````: output or a message shown without its command (nothing to run).
 * ```` ```sh ````: a long study (minutes to hours) whose figures the page quotes; not run, but each
   command is parsed by dpmarket's own argument parser and its scenario, ``--set`` and every
-  ``--grid`` value are validated (:func:`check_study`).
+  ``--grid`` value are validated (:func:`check_study`); a benchmark script's command must name an
+  existing script and options it defines.
 * ```` ```toml ```` without a title: an excerpt of a scenario file; it must parse as TOML.
 
 Each page runs in a fresh working directory holding a link ``scenarios`` to the repository's
-scenario files, blocks in page order.
+scenario files, blocks in page order, with the forecast cache where a reader has it
+(``outputs/forecasts/`` in that directory).
 
 Tolerance, for wall-clock times only: before comparing, both the expected and the printed text have
 every wall-clock figure replaced by ``<wall>`` (:data:`WALL_CLOCK`: ``1.07 s wall``, ``"wall_seconds":
@@ -134,12 +136,20 @@ def run_console(block: Block, cwd: Path, page: Path) -> None:
             raise AssertionError(f"{where}\nexit status {done.returncode}\n{printed}")
 
 
+class WallClockChecker(doctest.OutputChecker):
+    """doctest's comparison after the wall-clock figures of both sides are normalised."""
+
+    def check_output(self, want: str, got: str, optionflags: int) -> bool:
+        return super().check_output(normalise(want) + "\n", normalise(got) + "\n", optionflags)
+
+
 def run_pycon(block: Block, namespace: dict, page: Path) -> None:
     parser = doctest.DocTestParser()
     test = parser.get_doctest(block.body, namespace, f"{page.name}:{block.line}", str(page), block.line)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(checker=WallClockChecker(), optionflags=doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
     runner.run(test, out=report.append, clear_globs=False)
+    namespace.update(test.globs)  # DocTest copies the namespace: later sessions see this one's names
     if runner.failures:
         raise AssertionError(f"{page.relative_to(ROOT)}:{block.line}\n" + "".join(report))
 
@@ -151,6 +161,11 @@ def check_study(command: str) -> None:
     from dpmarket.cli import _parser
 
     words = shlex.split(command)
+    if words[0] == ".venv/bin/python":  # a benchmark script: it exists, and takes the options shown
+        script = ROOT / words[1]
+        assert script.is_file(), f"no such benchmark: {words[1]}"
+        assert all(w in script.read_text(encoding="utf-8") for w in words[2:] if w.startswith("--")), command
+        return
     assert words[:3] == ["python", "-m", "dpmarket"], command
     args = _parser().parse_args(words[3:])
     overrides = list(getattr(args, "overrides", []) or [])
@@ -170,7 +185,7 @@ def study_commands(body: str) -> list[str]:
     commands = []
     for line in joined.splitlines():
         line = line.split(" #", 1)[0].strip()
-        if line.startswith("python -m dpmarket"):
+        if line.startswith(("python -m dpmarket", ".venv/bin/python benchmarks/")):
             commands.append(line)
     return commands
 
@@ -182,6 +197,9 @@ def run_page(page: Path, workdir: Path) -> int:
     count = 0
     cwd = os.getcwd()
     os.chdir(workdir)
+    # The forecast cache as a reader has it, outputs/forecasts/ in the working directory (the test
+    # suite points $DPMARKET_FORECAST_CACHE elsewhere, which the commands would print).
+    cache = os.environ.pop("DPMARKET_FORECAST_CACHE", None)
     try:
         for block in blocks(page):
             if block.title:
@@ -207,4 +225,6 @@ def run_page(page: Path, workdir: Path) -> int:
             count += 1
     finally:
         os.chdir(cwd)
+        if cache is not None:
+            os.environ["DPMARKET_FORECAST_CACHE"] = cache
     return count
