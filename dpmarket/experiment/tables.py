@@ -16,7 +16,7 @@ import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
 from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets
-from dpmarket.privacy.mechanisms import guarantee
+from dpmarket.privacy.guarantee import Guarantee
 
 GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
@@ -37,7 +37,7 @@ def cell_guarantee(scenario) -> dict[str, Any]:
     """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
     (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
-    return guarantee(p.mechanism, p.accountant, p.delta)
+    return Guarantee.of(p).statement()
 
 
 def guarantees(cells: list[Cell]) -> list[dict[str, Any]]:
@@ -117,7 +117,7 @@ def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
 
 def fit_forecast(summaries: list[dict], by_cell: list[list[dict]],
                  cells: list[Cell]) -> tuple[Forecast | None, str]:
-    """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
+    """c₁, c₂ of Theorem 2 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
     try:
         terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
         eps, n = zip(*terms, strict=True)

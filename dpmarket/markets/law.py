@@ -1,4 +1,4 @@
-"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets (design §2, §4).
+"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets.
 
 Theorem 2's form (dpmarket/markets/forecast.py) has one floor for coalitions of every size and
 noise that falls as Σε⁻²/n²; with the capped split and ρ = "auto" neither holds, so a market
@@ -66,7 +66,8 @@ from dpmarket.learning.stepsize import auto_rho, floor_law
 from dpmarket.markets.forecast import member_masks, saturated
 from dpmarket.markets.members import Prefixes, Subsets, as_members
 from dpmarket.privacy.cohort import sensitivity
-from dpmarket.privacy.mechanisms import answer_caps, is_pure
+from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.mechanisms import answer_caps
 
 ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived quantity may reach
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
@@ -428,7 +429,7 @@ def box_psi(info, theta_max: float) -> float:
 def noise_model(scenario, owners: int) -> NoiseModel | None:
     """The scenario's (ε, δ) noise for the law, or None for Laplace answers under basic composition."""
     p = scenario.privacy
-    if is_pure(p.mechanism, p.accountant):
+    if Guarantee.of(p).pure:
         return None
     deltas = np.array([scenario.owner_value(i, "delta") for i in range(owners)], dtype=float)
     return NoiseModel(p.mechanism, p.accountant, deltas, p.epsilon)
