@@ -94,6 +94,8 @@ def commands(work: Path) -> list[list[str]]:
          "--replications", "2", "--workers", "2", "--out", "sweep/ideal", "--quiet"],
         ["market", "market.toml", "--policies", "posted_price,procurement", "--replications", "2",
          "--out", "market/market", "--quiet"],
+        ["market", "market.toml", "--policies", "posted_price,procurement", "--replications", "2",
+         "--out", "market/lab", "--quiet", "--properties"],
     ]
 
 
