@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmarket.output import spans
 from dpmarket.output.directories import Identity, default_directory, run_directory
 from dpmarket.output.figures.painter import Painter
 from dpmarket.output.summary import budgets, network_load, owner_rows, summary
@@ -42,6 +43,8 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
+    if WRITE_SPANS and (directory / "events.csv").is_file():
+        write_spans(result, directory)
     write_metrics(result, directory / "metrics.csv")
     write_owners(result, directory / "owners.csv")
     (directory / "summary.json").write_text(files.dumps(summary(result), indent=2) + "\n",
@@ -60,6 +63,23 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     from dpmarket.output.report import run_report  # deferred: only runs that are written need it
 
     run_report(result, directory, plots)
+
+
+WRITE_SPANS = True  # benchmarks/bench_timeline.py turns it off to time a run without spans
+
+
+def span_timing(result: RunResult) -> spans.Timing:
+    """What pairing events into spans needs to know of ``result`` (:class:`spans.Timing`)."""
+    net = result.scenario.network
+    return spans.Timing(net.mode, net.transmission_time, net.latency, not is_async(result),
+                        spans.run_end(result.stop_reason, net.horizon, result.training.time))
+
+
+def write_spans(result: RunResult, directory: Path, sinks: list[spans.Sink] = ()) -> int:
+    """``spans.csv``: the run's intervals, paired from its events.csv (:mod:`dpmarket.output.spans`);
+    each block of spans also goes to ``sinks``. Returns the number of spans."""
+    return spans.write(directory / "events.csv", directory / "spans.csv", list(result.consortium.names),
+                       span_timing(result), sinks)
 
 
 def market_timeline_data(run_dir: Path, title: str) -> dict:
