@@ -34,7 +34,8 @@ EXAMPLES = {
   dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
     "timeline": """examples:
   dpmarket timeline outputs/ny_hospitals-seed2015
-  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5""",
+  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5
+  dpmarket timeline outputs/ny_hospitals-seed2015 --trace ny.json   then open ny.json in ui.perfetto.dev""",
     "forecast": """examples:
   dpmarket forecast banks_market
   dpmarket forecast ny_hospitals --set market.price=10""",
@@ -101,6 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
     line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    line.add_argument("--trace", type=Path, metavar="FILE.json",
+                      help="write the run as a Chrome trace (Perfetto, chrome://tracing) instead")
     fc = _command(sub, "forecast", "forecast psi and each owner's benefit, without training", (
         "Print the forecast psi of the owners that would take part (under the scenario's market, "
         "or at their budgets) and whether each owner is forecast to benefit; no training run."))
@@ -218,6 +221,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from dpmarket.output.timeline import write_trace
+
+        print(write_trace(args.run_dir, args.trace, args.owners, args.t0, args.t1))
+        return 0
     from dpmarket.output.figures import timeline as timeline_plot
 
     print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1))

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dpmarket.errors import TimelineError
+from dpmarket.output import spans, trace
 
 MAX_LANES = 50
 MAX_ROWS = 40
@@ -53,6 +54,63 @@ def load_run(path: str | Path) -> Run:
     channels = pd.read_csv(path / "channels.csv") if (path / "channels.csv").is_file() else None
     scenario = tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8"))
     return Run(path, events, pd.read_csv(path / "owners.csv"), channels, scenario)
+
+
+def settings(path: Path) -> tuple[dict, dict, list[str]]:
+    """A run directory's scenario.toml and summary.json as dicts, and its owners' names (owners.csv),
+    read without events.csv (which may be large)."""
+    import csv
+    import json
+
+    for name in ("events.csv", "owners.csv", "scenario.toml", "summary.json"):
+        if not (path / name).is_file():
+            raise TimelineError(f"{path}: not a run directory (no {name})")
+    with open(path / "owners.csv", newline="", encoding="utf-8") as fh:
+        names = [row["name"] for row in csv.DictReader(fh)]
+    return (tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8")),
+            json.loads((path / "summary.json").read_text(encoding="utf-8")), names)
+
+
+def spans_of(path: Path) -> Path:
+    """The run's spans.csv, paired from its events.csv first if the run was written without it."""
+    from dpmarket.system import files
+
+    target = path / "spans.csv"
+    if not target.is_file():
+        scenario, summary, names = settings(path)
+        timing = spans.timing_of(scenario, summary)
+        files.write_atomic(target, lambda temp: spans.write(path / "events.csv", temp, names, timing))
+    return target
+
+
+def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = None, t0: float | None = None,
+                t1: float | None = None) -> str:
+    """``timeline --trace``: the run as a Chrome Trace Event Format file (:mod:`dpmarket.output.trace`);
+    returns what was written, in a few lines."""
+    from dpmarket.system import files
+
+    path, target = Path(run_dir), Path(target)
+    scenario, summary, names = settings(path)
+    timing = spans.timing_of(scenario, summary)
+    start, stop = (0.0 if t0 is None else t0), (timing.end if t1 is None else t1)
+    if stop <= start:
+        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
+    chosen = select_owners(owners, names) if owners else None
+    metrics = pd.read_csv(path / "metrics.csv")
+    source = spans_of(path)
+    other: dict = {}
+
+    def write(temp: Path) -> None:
+        other.update(trace.write_trace(path, temp, names, timing, source,
+                                       (metrics["time"].tolist(), metrics["psi"].tolist()),
+                                       chosen=chosen, t0=start, t1=stop, title=path.name))
+
+    with files.writing(target):
+        files.write_atomic(target, write)
+    counts = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in other["counts"].items())
+    return (f"trace written to {target} ({target.stat().st_size / 1e6:.1f} MB, {other['trace_events']:,} "
+            f"events): {other['owners']}; detail {other['detail']}\n{counts}\n"
+            f"open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing (Load)")
 
 
 def select_owners(spec: str | None, names: list[str]) -> np.ndarray:
