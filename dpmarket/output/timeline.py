@@ -1,12 +1,11 @@
-"""Inspecting a run's communication timeline: per-owner figures, channel load, and a picture.
+"""Inspecting a run's communication timeline: per-owner figures, channel load, questions, a trace.
 
-Everything is computed from the run directory (``events.csv``, ``owners.csv``, ``channels.csv``,
-``scenario.toml``) with vectorised pandas, so a run of millions of events is summarised in
-seconds. The picture draws one lane per owner up to :data:`MAX_LANES` selected owners
-(exchanges as dots, collisions as red crosses, offline periods as grey bars); beyond that,
-lanes would be unreadable, so it switches to heat maps of exchanges, collisions and the share
-of time offline per time bin and per group of consecutive owners (at most 100 rows: owners are
-binned, never subsampled), which stay legible for 10,000 owners.
+Everything is computed from the run directory (``events.csv``, ``spans.csv``, ``owners.csv``,
+``channels.csv``, ``scenario.toml``) with vectorised pandas, so a run of millions of events is
+summarised in seconds. The picture (:mod:`dpmarket.output.figures.timeline`) is drawn from spans.csv
+(:class:`dpmarket.output.views.Lanes`: one lane per owner up to ``views.MAX_LANES`` selected owners,
+beyond that lanes of channels or owner groups counted per time bin, so 10,000 owners stay legible);
+``--trace`` writes the Chrome trace (:mod:`dpmarket.output.trace`).
 """
 
 from __future__ import annotations
@@ -21,9 +20,8 @@ import numpy as np
 import pandas as pd
 
 from dpmarket.errors import TimelineError
-from dpmarket.output import spans, trace
+from dpmarket.output import spans, trace, views
 
-MAX_LANES = 50
 MAX_ROWS = 40
 EVENT_TYPES = {"time": "float64", "kind": "category", "owner": "int64", "k": "float64",
                "epsilon_spent": "float64", "channel": "float64"}
@@ -62,13 +60,14 @@ def settings(path: Path) -> tuple[dict, dict, list[str]]:
     import csv
     import json
 
-    for name in ("events.csv", "owners.csv", "scenario.toml", "summary.json"):
+    for name in ("events.csv", "owners.csv", "scenario.toml"):
         if not (path / name).is_file():
             raise TimelineError(f"{path}: not a run directory (no {name})")
     with open(path / "owners.csv", newline="", encoding="utf-8") as fh:
         names = [row["name"] for row in csv.DictReader(fh)]
+    summary = path / "summary.json"  # a hand-made directory may leave it out: the log's last time ends it
     return (tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8")),
-            json.loads((path / "summary.json").read_text(encoding="utf-8")), names)
+            json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}, names)
 
 
 def spans_of(path: Path) -> Path:
@@ -111,6 +110,22 @@ def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = No
     return (f"trace written to {target} ({target.stat().st_size / 1e6:.1f} MB, {other['trace_events']:,} "
             f"events): {other['owners']}; detail {other['detail']}\n{counts}\n"
             f"open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing (Load)")
+
+
+def lanes_of(run: Run, selected: np.ndarray, t0: float, t1: float) -> views.Lanes:
+    """The timeline figure's data for ``selected`` owners over [t0, t1], gathered from spans.csv."""
+    names = list(run.owners["name"])
+    channels = run.owners["channel"] if "channel" in run.owners else pd.Series(0, index=run.owners.index)
+    channel_of = channels.fillna(0).astype(int).tolist()
+    events = run.events
+    mine = events[events["owner"].isin(selected) & (events["time"] >= t0) & (events["time"] <= t1)]
+    starts = "request" if (run.events["kind"] == "request").any() else "query"
+    iterations = int(run.scenario.get("learner", {}).get("iterations", 0)) or int(run.events["k"].max() or 0)
+    lanes = views.Lanes(names, channel_of, t0, t1, selected, exchanges=int((mine["kind"] == starts).sum()),
+                        iterations=iterations)
+    for block in spans.read(spans_of(run.path)):
+        lanes.add(block)
+    return lanes
 
 
 def select_owners(spec: str | None, names: list[str]) -> np.ndarray:

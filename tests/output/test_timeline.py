@@ -108,25 +108,26 @@ def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("dpmarket: error:")
 
 
-def test_heat_maps_group_owners_instead_of_dropping_some(tmp_path):
-    """300 owners → 100 rows of 3 consecutive owners; a row's offline share averages its owners."""
-    from dpmarket.output.figures import timeline as timeline_plot
+def test_many_owners_are_grouped_into_lanes_never_dropped(tmp_path):
+    """300 owners on one channel → 40 lanes of consecutive owners; a lane's offline share averages
+    all its owners (owners 4 and 5 of the 8 in lane 0 offline for the whole and half of [0, 10])."""
+    from dpmarket.output import spans as sp
+    from dpmarket.output import views
+    from dpmarket.output.figures.lanes import draw_lanes
 
     n = 300
-    pd.DataFrame({"time": [0.0, 0.0, 5.0, 10.0], "kind": ["dropout", "dropout", "reconnect", "update"],
-                  "owner": [4, 5, 5, 0], "k": [None, None, None, 1.0], "epsilon_spent": None,
-                  "channel": 0, "detail": ""}).to_csv(tmp_path / "events.csv", index=False)
-    pd.DataFrame({"owner": range(n), "name": [f"o{i}" for i in range(n)], "epsilon": 1.0}).to_csv(
-        tmp_path / "owners.csv", index=False)
-    (tmp_path / "scenario.toml").write_text('name = "many"\n')
-    run = load_run(tmp_path)
-    row_of, rows, label = timeline_plot._groups(np.arange(n), n)
-    assert rows == 100 and row_of.tolist() == [i // 3 for i in range(n)] and "~3" in label
-    share = timeline_plot._offline_at_centres(run, row_of, rows, np.linspace(0.0, 10.0, 101))
-    assert np.allclose(share[1], [2 / 3] * 50 + [1 / 3] * 50)  # owners 3, 4, 5
-    assert not share[np.arange(rows) != 1].any()
-    report(tmp_path)  # the 2 x 2 picture draws
-    assert (tmp_path / "timeline-all.png").stat().st_size > 1000
+    lanes = views.Lanes([f"o{i}" for i in range(n)], [0] * n, 0.0, 10.0, exchanges=1, iterations=1)
+    assert lanes.by == "group" and len(lanes.labels) == 40 and lanes.members.sum() == n
+    assert lanes.labels[0] == "o0 … o7 (8)"
+    lanes.add(sp._spans(3, start=np.array([0.0, 0.0, 2.0]), end=np.array([10.0, 5.0, 2.5]),
+                        kind=np.array([sp.OUTAGE, sp.OUTAGE, sp.EXCHANGE]), owner=np.array([4, 5, 0]),
+                        outcome=np.array([0, 0, sp.APPLIED]), k=np.array([np.nan, np.nan, 1.0])))
+    share = np.asarray(lanes.data("t")["offline"]) / np.asarray(1.0)
+    half = views.BINS // 2
+    assert np.allclose(share[0], [2 / 8] * half + [1 / 8] * half) and not share[1:].any()
+    assert np.asarray(lanes.counts)[0, sp.APPLIED].sum() == 1
+    draw_lanes(lanes.data("t"), tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 1000
 
 
 def test_the_command_never_replaces_the_runs_own_timeline(tmp_path, capsys):
