@@ -158,3 +158,57 @@ def test_selection_names_are_safe_file_names_and_distinct():
 def test_odd_ranges_are_one_error_not_a_crash(spec):
     with pytest.raises(TimelineError, match="neither an owner name"):
         select_owners(spec, ["a", "b", "c"])
+
+
+SPANS = """start,end,kind,owner,name,channel,k,outcome,detail,epsilon_spent,price,transmissions
+1.0,2.0,exchange,0,a,0,1,applied,,0.5,,
+0.0,5.0,outage,1,b,0,,,,,,
+4.0,5.0,exchange,0,a,0,2,applied,,1.0,,
+6.5,7.0,transmission,1,b,0,,lost_collision,,,,
+6.5,7.0,collision_window,-1,,0,,,,,,2
+6.0,7.0,exchange,1,b,0,,lost_collision,,0.5,,
+"""
+
+
+@pytest.fixture
+def answered(handmade):
+    (handmade / "spans.csv").write_text(SPANS)
+    return handmade
+
+
+def test_the_answers_on_hand_written_spans(answered):
+    from dpmarket.output.timeline import questions
+
+    run = load_run(answered)
+    got = questions(run, np.arange(3), 0.0, 10.0)
+    shares = got["shares"].set_index("name")
+    assert shares["online"].tolist() == [1.0, 0.5, 1.0]
+    assert shares["in_exchange"].tolist() == pytest.approx([0.2, 0.1, 0.0])
+    assert shares["colliding"].tolist() == pytest.approx([0.0, 0.05, 0.0])
+    assert shares["applied"].tolist() == [2, 0, 0] and shares["lost_collision"].tolist() == [0, 1, 0]
+    assert got["channels"]["colliding"].tolist() == pytest.approx([0.05])
+    gap = got["gaps"].iloc[0]
+    assert gap[["from", "to", "length", "owner_before", "k_after"]].tolist() == [2.0, 5.0, 3.0, "a", 2]
+    waits = got["waits"]
+    assert waits["name"].tolist() == ["b", "c", "a"] and waits["longest_wait"].tolist() == [10.0, 10.0, 5.0]
+    assert waits.iloc[2][["from", "to", "updates"]].tolist() == [5.0, 10.0, 2]
+    window = questions(run, np.arange(3), 4.5, 6.6)
+    assert window["happened"].to_dict("list") == {
+        "kind": ["collision_window", "exchange", "exchange", "outage", "transmission"],
+        "outcome": ["", "applied", "lost_collision", "", "lost_collision"], "spans": [1, 1, 1, 1, 1]}
+    assert window["spans"]["start"].tolist() == [0.0, 4.0, 6.0, 6.5, 6.5]
+    assert window["shares"]["online"].tolist() == pytest.approx([1.0, 1 - 0.5 / 2.1, 1.0])
+
+
+def test_answers_print_as_csv_or_markdown(answered, capsys):
+    assert main(["timeline", str(answered), "--format", "csv", "--table", "waits"]) == 0
+    out = capsys.readouterr().out
+    assert out == ("owner,name,longest_wait,from,to,updates\n"
+                   "1,b,8.0,0.0,8.0,0\n2,c,8.0,0.0,8.0,0\n0,a,3.0,2.0,5.0,2\n")
+    assert main(["timeline", str(answered), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("### ")] == [
+        "### shares", "### channels", "### gaps", "### waits", "### happened", "### spans"]
+    assert "| 0 | a | 0 | 1 | 0.25 | 0 | 2 |" in out  # the log ends at t = 8
+    assert main(["timeline", str(answered)]) == 0
+    assert "waited longest: b, 8 without an update" in capsys.readouterr().out

@@ -14,9 +14,11 @@ def _atomic(path: Path, write) -> None:
 
 
 def write(run_dir: str | Path, owners: str | None = None, t0: float | None = None,
-          t1: float | None = None) -> str:
+          t1: float | None = None, form: str = "text", table: str | None = None) -> str:
     """The timeline command: summarise and draw a run's timeline; writes ``timeline-TAG.csv`` (the
-    per-owner table) and ``timeline-TAG.png`` into the run directory (:func:`output_name`)."""
+    per-owner table) and ``timeline-TAG.png`` into the run directory (:func:`output_name`). ``form``
+    ``csv`` or ``markdown`` prints the answers' tables (:func:`dpmarket.output.timeline.questions`;
+    only ``table`` if given) instead of the text summary."""
     from dpmarket.output.timeline import (
         TimelineError,
         channel_table,
@@ -25,7 +27,10 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
         load_run,
         output_name,
         owner_table,
+        questions,
+        render_tables,
         select_owners,
+        summary_of,
     )
 
     run = load_run(run_dir)
@@ -33,15 +38,19 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
     if stop <= start:
         raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
     selected = select_owners(owners, list(run.owners["name"]))
-    table = owner_table(run, selected, start, stop)
+    owner_rows = owner_table(run, selected, start, stop)
     name = output_name(owners, t0, t1)
     csv_path, png_path = run.path / f"{name}.csv", run.path / f"{name}.png"
     title = f"{run.path.name}: {len(selected)} owners, t in [{start:.4g}, {stop:.4g}]"
     data = lanes_of(run, selected, start, stop).data(title)
     with files.writing(png_path):
-        _atomic(csv_path, lambda p: table.to_csv(p, index=False))
+        _atomic(csv_path, lambda p: owner_rows.to_csv(p, index=False))
         _atomic(png_path, lambda p: draw_lanes(data, p))
-    text = format_tables(table, channel_table(run, start, stop), start, stop, csv_path.name)
+    answers = questions(run, selected, start, stop)
+    if form != "text":
+        return render_tables({table: answers[table]} if table else answers, form)
+    text = format_tables(owner_rows, channel_table(run, start, stop), start, stop, csv_path.name)
+    text += "\n\n" + summary_of(answers, start, stop)
     text = f"{text}\nwritten to {png_path} and {csv_path.name}"
     if run.scenario.get("market", {}).get("mode") == "dynamic":  # a market in time
         text += "\n" + _market(run, name, start, stop)

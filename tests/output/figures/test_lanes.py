@@ -37,10 +37,17 @@ def drawn(monkeypatch):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     out = tmp_path_factory.mktemp("lanes") / "run"
-    network = {"mode": "request", "transmission_time": 0.02, "latency": 0.005, "loss_probability": 0.05,
-               "dropout": {"mean_online": 4.0, "mean_offline": 1.0}}
+    network = {
+        "mode": "request",
+        "transmission_time": 0.02,
+        "latency": 0.005,
+        "loss_probability": 0.05,
+        "dropout": {"mean_online": 4.0, "mean_offline": 1.0},
+    }
     owners = [{"name": LONG}, {"name": "b"}, {"name": "c"}]
-    run_and_write(tiny(network=network, owners=owners, learner={"iterations": 150}, output={"plots": True}), out)
+    run_and_write(
+        tiny(network=network, owners=owners, learner={"iterations": 150}, output={"plots": True}), out
+    )
     return out
 
 
@@ -89,7 +96,9 @@ def test_a_selection_shows_only_its_owners(run, drawn):
     mine = table[(table["kind"] == "exchange") & table["owner"].isin([1, 2])]
     assert sum(bars_by_colour(top).values()) == len(mine)
     applied = mine[mine["outcome"] == "applied"]
-    assert sorted(bottom.collections[0].get_offsets()[:, 1].tolist()) == sorted((applied["owner"] + 1).tolist())
+    assert sorted(bottom.collections[0].get_offsets()[:, 1].tolist()) == sorted(
+        (applied["owner"] + 1).tolist()
+    )
 
 
 @pytest.mark.parametrize("owners", [3, 100, 101, 10_000])
@@ -99,10 +108,18 @@ def test_three_to_ten_thousand_owners_stay_legible(owners, tmp_path, drawn):
     gen = np.random.default_rng(1)
     n = 3000
     start = np.sort(gen.uniform(0, 100, n))
-    block = sp._spans(n, start=start, end=start + 0.5, kind=sp.EXCHANGE, owner=gen.integers(0, owners, n),
-                      outcome=gen.choice([sp.APPLIED, sp.LOST_COLLISION], n), k=np.arange(1.0, n + 1))
-    lanes = views.Lanes([f"owner-{i}" for i in range(owners)], [0] * owners, 0.0, 100.0, exchanges=n,
-                        iterations=n)
+    block = sp._spans(
+        n,
+        start=start,
+        end=start + 0.5,
+        kind=sp.EXCHANGE,
+        owner=gen.integers(0, owners, n),
+        outcome=gen.choice([sp.APPLIED, sp.LOST_COLLISION], n),
+        k=np.arange(1.0, n + 1),
+    )
+    lanes = views.Lanes(
+        [f"owner-{i}" for i in range(owners)], [0] * owners, 0.0, 100.0, exchanges=n, iterations=n
+    )
     lanes.add(block)
     draw_lanes(lanes.data("t"), tmp_path / "t.png")
     top = drawn[-1].axes[0]
