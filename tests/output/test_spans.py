@@ -225,3 +225,32 @@ def test_hand_written_log_pairs_as_the_protocol_says(tmp_path):
         "lost_loss"]
     assert table.loc[table["kind"] == "collision_window", "transmissions"].tolist() == [2]
     assert table.loc[(table["kind"] == "exchange") & (table["outcome"] == "applied"), "k"].tolist() == [1]
+
+
+def test_a_market_in_time_has_memberships_and_price_periods(tmp_path):
+    from tests.markets.test_dynamic import REQUEST as MARKET_NETWORK
+    from tests.markets.test_dynamic import WILLING, scenario
+
+    out = tmp_path / "run"
+    run_and_write(scenario(MARKET_NETWORK, WILLING, mode="dynamic", rule="progress", period=0.5,
+                           iterations=200, value=1.0), out)
+    events, table = tables(out)
+    assert violations(events, table, pd.read_csv(out / "owners.csv"), pd.read_csv(out / "channels.csv")) == []
+    prices = events[events["kind"] == "price"]
+    periods = table[table["kind"] == "price_period"].sort_values("start")
+    assert periods["start"].tolist() == prices["time"].tolist()
+    assert periods["price"].tolist() == prices["amount"].tolist()
+    assert periods["end"].tolist()[:-1] == periods["start"].tolist()[1:]  # one after another, to the end
+    joins = events[events["kind"] == "join"].groupby("owner").size()
+    members = table[table["kind"] == "membership"].groupby("owner").size()
+    assert members.to_dict() == joins.to_dict() and len(members) > 0
+
+
+def test_synchronous_rounds_apply_every_owners_answer(tmp_path):
+    out = tmp_path / "run"
+    run_and_write(tiny(learner={"algorithm": "sync", "iterations": 20}), out)
+    events, table = tables(out)
+    rounds = events[(events["kind"] == "update") & (events["owner"] < 0)]
+    applied = table[(table["kind"] == "exchange") & (table["outcome"] == "applied")]
+    assert len(applied) == 3 * len(rounds) and sorted(set(applied["k"])) == sorted(rounds["k"])
+    assert (applied["start"] == applied["end"]).all()
