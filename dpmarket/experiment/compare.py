@@ -21,7 +21,7 @@ from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
 from dpmarket.output.directories import Identity
-from dpmarket.privacy.mechanisms import guarantee
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
@@ -189,7 +189,7 @@ def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Ident
 def guarantee_of(scenario: Scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee (every policy shares it)."""
     p = scenario.privacy
-    return guarantee(p.mechanism, p.accountant, p.delta)
+    return Guarantee.of(p).statement()
 
 
 def table(rows: list[dict], out: Path, source: str = "", scenario: Scenario | None = None) -> str:

@@ -16,7 +16,7 @@ import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
 from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets
-from dpmarket.privacy.mechanisms import guarantee
+from dpmarket.privacy.guarantee import Guarantee
 
 GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
@@ -37,7 +37,7 @@ def cell_guarantee(scenario) -> dict[str, Any]:
     """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
     (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
-    return guarantee(p.mechanism, p.accountant, p.delta)
+    return Guarantee.of(p).statement()
 
 
 def guarantees(cells: list[Cell]) -> list[dict[str, Any]]:

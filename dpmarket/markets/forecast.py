@@ -26,7 +26,8 @@ from typing import Protocol
 import numpy as np
 
 from dpmarket.markets.members import Masks, Prefixes, as_members
-from dpmarket.privacy.mechanisms import answer_caps, is_pure
+from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.mechanisms import answer_caps
 
 
 class Forecaster(Protocol):
@@ -106,7 +107,7 @@ def effective_budgets(scenario, owners: int, norm_ratio: float | None = None) ->
     noise (Laplace answers, basic composition), where ε̃ is ε itself. ``norm_ratio`` is Ξ/Ξ₂ of the
     owners' data (from the consortium); left out, the declared bounds give it (:func:`norm_ratio`)."""
     p = scenario.privacy
-    if is_pure(p.mechanism, p.accountant):
+    if Guarantee.of(p).pure:
         return None
     value = scenario.owner_value
     caps = [np.nan if value(i, "cap") is None else value(i, "cap") for i in range(owners)]

@@ -56,7 +56,8 @@ from dpmarket.learning.stepsize import auto_rho, floor_law
 from dpmarket.markets.forecast import member_masks
 from dpmarket.markets.members import Prefixes, as_members
 from dpmarket.privacy.cohort import sensitivity
-from dpmarket.privacy.mechanisms import answer_caps, is_pure
+from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.mechanisms import answer_caps
 
 ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived quantity may reach
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
@@ -397,7 +398,7 @@ def build_inputs(scenario, consortium, info=None) -> LawInputs:
 def noise_model(scenario, owners: int) -> NoiseModel | None:
     """The scenario's (ε, δ) noise for the law, or None for Laplace answers under basic composition."""
     p = scenario.privacy
-    if is_pure(p.mechanism, p.accountant):
+    if Guarantee.of(p).pure:
         return None
     deltas = np.array([scenario.owner_value(i, "delta") for i in range(owners)], dtype=float)
     return NoiseModel(p.mechanism, p.accountant, deltas, p.epsilon)

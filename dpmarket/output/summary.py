@@ -8,7 +8,7 @@ import numpy as np
 
 from dpmarket.learning.stepsize import STABILITY_LIMIT
 from dpmarket.markets.outcome import learner_value
-from dpmarket.privacy.mechanisms import guarantee, is_pure
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs.run import RunResult
 
 
@@ -86,7 +86,7 @@ def _training_columns(result: RunResult, k: int, counts) -> dict:
 def _owner_delta(owner) -> float:
     """The δ of the owner's guarantee: 0 for Laplace answers under basic composition (pure ε-DP,
     whatever privacy.delta says), else its δ_i."""
-    return 0.0 if is_pure(owner.mechanism, owner.accountant) else float(owner.delta)
+    return 0.0 if owner.guarantee.pure else float(owner.delta)
 
 
 def _absent(result: RunResult, i: int) -> dict:
@@ -158,7 +158,7 @@ def privacy_summary(scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
     (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
-    return guarantee(p.mechanism, p.accountant, p.delta)
+    return Guarantee.of(p).statement()
 
 
 def _learner_summary(result: RunResult) -> dict:

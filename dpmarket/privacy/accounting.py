@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import replace
 
 from dpmarket.errors import CalibrationError
+from dpmarket.privacy.guarantee import Guarantee
 
 # The PLD accountant discretises privacy losses on a grid (rounding up, so the bound stays valid);
 # its step, relative to the target ε, keeps the grid's size (and the time) about constant across ε.
@@ -42,32 +44,34 @@ TOLERANCE = 1e-4  # on log z: the calibrated noise is within 10⁻⁴ (relative)
 
 
 @functools.lru_cache(maxsize=4096)
-def noise_multiplier(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> float:
-    """z such that ``answers`` answers with noise scale z·Δ compose to (ε, δ) under ``accountant``.
+def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
+    """z such that ``answers`` answers with noise scale z·Δ compose to the guarantee's (ε, δ) under its
+    accountant.
 
-    Cached per (mechanism, accountant, m, ε, δ): owners that share these values share the search.
+    Cached per (guarantee, m): owners that share these values share the search.
     ``basic`` splits (ε, δ) evenly: Laplace z = m/ε (Theorem 1), Gaussian the analytic Gaussian
     mechanism's σ for (ε/m, δ/m) (Balle & Wang 2018, dp-accounting's ``get_sigma_gaussian``).
     """
-    if accountant == "basic":
-        if mechanism == "laplace":
-            return answers / epsilon
+    g = guarantee
+    if g.accountant == "basic":
+        if g.mechanism == "laplace":
+            return answers / g.epsilon
         from dp_accounting import get_sigma_gaussian
 
-        return float(get_sigma_gaussian(epsilon / answers, delta / answers))
-    return _calibrate(mechanism, accountant, answers, epsilon, delta)
+        return float(get_sigma_gaussian(g.epsilon / answers, g.delta / answers))
+    return _calibrate(g, answers)
 
 
 @functools.lru_cache(maxsize=1024)
-def composed_epsilon(mechanism: str, accountant: str, multiplier: float, answers: int, delta: float,
-                     epsilon: float) -> float:
-    """The accountant's ε at δ after ``answers`` answers of multiplier z (``epsilon``, the target,
-    sets the PLD grid; the calibration measures with this very function)."""
+def composed_epsilon(guarantee: Guarantee, multiplier: float, answers: int) -> float:
+    """The guarantee's accountant's ε at its δ after ``answers`` answers of multiplier z (its ε, the
+    target, sets the PLD grid; the calibration measures with this very function)."""
     import dp_accounting
 
-    fresh = _fresh_accountant(accountant, mechanism, epsilon)
-    fresh.compose(dp_accounting.SelfComposedDpEvent(_event(mechanism, multiplier), answers))
-    return float(fresh.get_epsilon(delta))
+    g = guarantee
+    fresh = _fresh_accountant(g.accountant, g.mechanism, g.epsilon)
+    fresh.compose(dp_accounting.SelfComposedDpEvent(_event(g.mechanism, multiplier), answers))
+    return float(fresh.get_epsilon(g.delta))
 
 
 def _event(mechanism: str, multiplier: float):
@@ -92,46 +96,47 @@ def pld_resolution(mechanism: str, epsilon: float) -> float:
     return PLD_RESOLUTION[mechanism] * epsilon
 
 
-def _calibrate(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> float:
+def _calibrate(guarantee: Guarantee, answers: int) -> float:
     """The smallest z (to :data:`TOLERANCE`) whose m-fold composition has ε ≤ target at δ."""
     import dp_accounting
 
-    target = epsilon * (1.0 - MARGIN)
+    g = guarantee
+    target = g.epsilon * (1.0 - MARGIN)
 
     def gap(log_z: float) -> float:
-        return composed_epsilon(mechanism, accountant, math.exp(log_z), answers, delta, epsilon) - target
+        return composed_epsilon(g, math.exp(log_z), answers) - target
 
-    what = (mechanism, accountant, answers, epsilon, delta)
-    lo, hi = _bracket(gap, _guess(*what), math.log(answers / epsilon), what)
+    what = (g, answers)
+    lo, hi = _bracket(gap, _guess(g, answers), math.log(answers / g.epsilon), what)
     log_z = dp_accounting.calibrate_dp_mechanism(
-        lambda: _Remembered(mechanism, accountant, epsilon),
-        lambda u: dp_accounting.SelfComposedDpEvent(_event(mechanism, math.exp(u)), answers),
-        target, delta, dp_accounting.ExplicitBracketInterval(lo, hi), tol=TOLERANCE)
+        lambda: _Remembered(g),
+        lambda u: dp_accounting.SelfComposedDpEvent(_event(g.mechanism, math.exp(u)), answers),
+        target, g.delta, dp_accounting.ExplicitBracketInterval(lo, hi), tol=TOLERANCE)
     return math.exp(log_z)
 
 
-def check_reachable(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> None:
+def check_reachable(guarantee: Guarantee, answers: int) -> None:
     """A CalibrationError when no noise within the search range makes m answers compose to (ε, δ),
     as :func:`noise_multiplier` would raise it, in microseconds where it can: under PLD the answers
     compose more tightly than under RDP (its noise is smaller), so RDP reaching (ε, δ) shows PLD does;
     where RDP does not, PLD's own search decides (tens of milliseconds)."""
-    if accountant == "pld":
+    if guarantee.accountant == "pld":
         try:
-            noise_multiplier(mechanism, "rdp", answers, epsilon, delta)
+            noise_multiplier(replace(guarantee, accountant="rdp"), answers)
             return
         except CalibrationError:
-            pass
-    noise_multiplier(mechanism, accountant, answers, epsilon, delta)
+            pass  # RDP cannot reach it: PLD's own search decides, below
+    noise_multiplier(guarantee, answers)
 
 
 class _Remembered:
     """A fresh accountant for ``calibrate_dp_mechanism`` that answers through :func:`composed_epsilon`
     (the same accountant, cached), so that the bracket's two evaluations are not computed again."""
 
-    def __init__(self, mechanism: str, accountant: str, epsilon: float) -> None:
+    def __init__(self, guarantee: Guarantee) -> None:
         import dp_accounting
 
-        self.mechanism, self.accountant, self.epsilon = mechanism, accountant, epsilon
+        self.guarantee = guarantee
         self.ledger, self.event = dp_accounting.NoOpDpEvent(), None
 
     def compose(self, event) -> _Remembered:
@@ -140,21 +145,22 @@ class _Remembered:
 
     def get_epsilon(self, delta: float) -> float:
         event = self.event
-        return composed_epsilon(self.mechanism, self.accountant, event.event.noise_multiplier, event.count,
-                                delta, self.epsilon)
+        at = replace(self.guarantee, delta=delta)
+        return composed_epsilon(at, event.event.noise_multiplier, event.count)
 
 
-def _guess(mechanism: str, accountant: str, answers: int, epsilon: float,
-           delta: float) -> tuple[float, float, float]:
+def _guess(guarantee: Guarantee, answers: int) -> tuple[float, float, float]:
     """Where the search starts: (log z, half-width of the first bracket, the step it widens by).
 
     PLD, Gaussian answers: just above the exact analytic noise (:func:`_exact_gaussian`). PLD, Laplace
     answers: the forecast's table of this (m, δ) (:class:`MultiplierTable`, within 2·10⁻⁴ of the result:
     its two nodes are PLD evaluations the market's forecast shares), or, where the table's RDP start
     cannot reach (ε, δ), the RDP answer (a few per cent above: RDP is the looser accountant). Else
-    basic Laplace's m/ε, within a factor √2. Each guess is a function of (mechanism, accountant, m,
-    ε, δ) alone, so the calibration does not depend on what was computed before it.
+    basic Laplace's m/ε, within a factor √2. Each guess is a function of (the guarantee, m) alone, so
+    the calibration does not depend on what was computed before it.
     """
+    mechanism, accountant, epsilon, delta = (guarantee.mechanism, guarantee.accountant, guarantee.epsilon,
+                                             guarantee.delta)
     coarse = math.log(4.0)
     if accountant == "pld" and mechanism == "gaussian":
         exact = _exact_gaussian(answers, epsilon * (1.0 - MARGIN), delta)
@@ -162,7 +168,7 @@ def _guess(mechanism: str, accountant: str, answers: int, epsilon: float,
             return exact + 1e-3, 1e-3, 8e-3  # [1, 1.002] × the exact noise
     if accountant == "pld":
         try:
-            rdp = math.log(noise_multiplier(mechanism, "rdp", answers, epsilon, delta))
+            rdp = math.log(noise_multiplier(replace(guarantee, accountant="rdp"), answers))
         except CalibrationError:  # RDP cannot reach every (ε, δ) that PLD can: start from m/ε instead
             return math.log(answers / epsilon), coarse / 8, coarse
         try:  # the table starts from the RDP answer just computed: no search for this very z
@@ -198,21 +204,21 @@ def _bracket(gap, guess: tuple[float, float, float], reference: float,
         lo, hi = hi, hi + step
         step = min(4.0 * step, math.log(4.0))
         if hi > reference + limit:
-            raise CalibrationError(_unreachable(*what, "more noise than the search allows (z up to "
+            raise CalibrationError(_unreachable(*what, why="more noise than the search allows (z up to "
                                                 f"{math.exp(reference + limit):.3g})"))
     while gap(lo) <= 0:
         hi, lo = lo, lo - step
         step = min(4.0 * step, math.log(4.0))
         if lo < reference - limit:
-            raise CalibrationError(_unreachable(*what, "less noise than the search allows (z down to "
+            raise CalibrationError(_unreachable(*what, why="less noise than the search allows (z down to "
                                                 f"{math.exp(reference - limit):.3g})"))
     return lo, hi
 
 
-def _unreachable(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float,
-                 why: str) -> str:
-    return (f"no {mechanism} noise makes {answers} answers compose to (ε, δ) = ({epsilon:g}, {delta:g}) "
-            f"under the {accountant!r} accountant: it would need {why}")
+def _unreachable(guarantee: Guarantee, answers: int, why: str) -> str:
+    g = guarantee
+    return (f"no {g.mechanism} noise makes {answers} answers compose to (ε, δ) = "
+            f"({g.epsilon:g}, {g.delta:g}) under the {g.accountant!r} accountant: it would need {why}")
 
 
 class EpsilonCurve:
@@ -228,10 +234,10 @@ class EpsilonCurve:
     time of building that distribution for every j (it was 85 ms per curve on ny_hospitals).
     """
 
-    def __init__(self, mechanism: str, accountant: str, multiplier: float, delta: float,
-                 epsilon: float) -> None:
-        self.mechanism, self.accountant, self.multiplier = mechanism, accountant, multiplier
-        self.delta, self.epsilon = delta, epsilon
+    def __init__(self, guarantee: Guarantee, multiplier: float) -> None:
+        g = guarantee  # its ε is the target the noise was calibrated to (it sets the PLD grid)
+        self.mechanism, self.accountant, self.multiplier = g.mechanism, g.accountant, multiplier
+        self.delta, self.epsilon = g.delta, g.epsilon
         self.values: list[float] = []
         self._state = None  # RDP: (orders, one answer's RDP); PLD: (one answer's PLD, the composed one)
 
@@ -274,10 +280,9 @@ class EpsilonCurve:
 
 
 @functools.lru_cache(maxsize=256)
-def epsilon_curve(mechanism: str, accountant: str, multiplier: float, delta: float,
-                  epsilon: float) -> EpsilonCurve:
+def epsilon_curve(guarantee: Guarantee, multiplier: float) -> EpsilonCurve:
     """The shared :class:`EpsilonCurve` of these parameters."""
-    return EpsilonCurve(mechanism, accountant, multiplier, delta, epsilon)
+    return EpsilonCurve(guarantee, multiplier)
 
 
 NODES_PER_DECADE = 32  # of the forecast's z grid: log z interpolated in log ε is within 10⁻⁴ of exact
@@ -314,13 +319,13 @@ class MultiplierTable:
             with np.errstate(divide="ignore"):  # log1p(−1) inside: δ(0) = 1 at tiny noise, handled
                 return m * float(get_epsilon_gaussian(z, delta / m))
         if self.accountant == "rdp":
-            return composed_epsilon(self.mechanism, "rdp", z, m, delta, 1.0)
+            return composed_epsilon(Guarantee(self.mechanism, "rdp", 1.0, delta), z, m)
         if self.mechanism == "gaussian":  # exactly one answer of z/√m: the analytic ε, which PLD's
             from dp_accounting import get_epsilon_gaussian  # grid bounds from above (by ≤ 10⁻⁴)
 
             return float(get_epsilon_gaussian(z / math.sqrt(m), delta))
-        scale = composed_epsilon(self.mechanism, "rdp", z, m, delta, 1.0)  # about the PLD's ε: sets its grid
-        return composed_epsilon(self.mechanism, "pld", z, m, delta, scale)
+        scale = composed_epsilon(Guarantee(self.mechanism, "rdp", 1.0, delta), z, m)  # ≈ PLD's ε: its grid
+        return composed_epsilon(Guarantee(self.mechanism, "pld", scale, delta), z, m)
 
     def multiplier(self, epsilon: float) -> float:
         """z at ``epsilon``, interpolated between the two nodes whose ε bracket it."""
@@ -344,15 +349,19 @@ class MultiplierTable:
             return nearest
         guess = "rdp" if self.accountant == "pld" else self.accountant
         try:
-            z = noise_multiplier(self.mechanism, guess, self.answers, epsilon, self.delta)
+            z = noise_multiplier(self._at(epsilon, guess), self.answers)
         except CalibrationError:  # RDP cannot reach every (ε, δ) that PLD can
-            z = noise_multiplier(self.mechanism, self.accountant, self.answers, epsilon, self.delta)
+            z = noise_multiplier(self._at(epsilon), self.answers)
         return math.floor(NODES_PER_DECADE * math.log10(z))
 
     def _check(self, within: bool, epsilon: float) -> None:
         if not within:
-            raise CalibrationError(_unreachable(self.mechanism, self.accountant, self.answers, epsilon,
-                                                self.delta, "a noise level outside the search range"))
+            raise CalibrationError(_unreachable(self._at(epsilon), self.answers,
+                                                why="a noise level outside the search range"))
+
+    def _at(self, epsilon: float, accountant: str | None = None) -> Guarantee:
+        """The guarantee of this table's answers at ``epsilon`` (under another ``accountant``)."""
+        return Guarantee(self.mechanism, accountant or self.accountant, epsilon, self.delta)
 
 
 @functools.lru_cache(maxsize=256)

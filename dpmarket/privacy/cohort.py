@@ -12,7 +12,8 @@ from dpmarket import rng as streams
 from dpmarket.data import Consortium
 from dpmarket.errors import CalibrationError, MarketError, ScenarioError
 from dpmarket.learning.objective import Objective, make_loss
-from dpmarket.privacy.mechanisms import answer_cap, is_pure
+from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.mechanisms import answer_cap
 from dpmarket.privacy.owners import DataOwner, answer_bound
 from dpmarket.scenario.schema import OwnerSpec, Scenario
 
@@ -93,9 +94,9 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     delta = scenario.owner_value(i, "delta")
     _check_budget(scenario, i, xi, answers, consortium.owners[i].n, epsilon)  # not sizes: O(N) per call
     try:
-        return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss, epsilon, answers,
-                         xi, streams.stream(scenario.seed, "noise", i), clip, p.mechanism, p.accountant,
-                         delta)
+        return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
+                         guarantee=Guarantee.of(p, epsilon, delta), answers=answers, xi=xi,
+                         noise_rng=streams.stream(scenario.seed, "noise", i), clip=clip)
     except CalibrationError as exc:
         raise _unreachable(scenario, i, epsilon, answers, exc) from None
 
@@ -119,14 +120,14 @@ def check_budgets(scenario: Scenario) -> None:
     budgets whose m_i does not depend on their number are checked (the horizon split, or a cap).
     """
     p = scenario.privacy
-    if is_pure(p.mechanism, p.accountant):
+    if Guarantee.of(p).pure:
         return  # Theorem 1's noise m/ε reaches every budget
     from dpmarket.privacy.accounting import check_reachable
 
     for i, epsilon, answers, key in _budgets(scenario):
         delta = float(scenario.owner_value(i, "delta"))
         try:
-            check_reachable(p.mechanism, p.accountant, answers, epsilon, delta)
+            check_reachable(Guarantee.of(p, epsilon, delta), answers)
         except CalibrationError as exc:
             raise _unreachable(scenario, i, epsilon, answers, exc, key) from None
 

@@ -23,48 +23,19 @@ from fractions import Fraction
 import numpy as np
 
 from dpmarket.errors import BudgetExhaustedError
+from dpmarket.privacy.guarantee import Guarantee
 
 SPLITS = ("horizon", "capped")
-MECHANISMS = ("laplace", "gaussian")
-ACCOUNTANTS = ("basic", "rdp", "pld")
-NORMS = {"laplace": "L1", "gaussian": "L2"}  # the sensitivity each mechanism is calibrated to
 
 
-def is_pure(mechanism: str, accountant: str) -> bool:
-    """Whether answers are pure ε-DP with an exact rational ledger: Laplace under basic composition,
-    the papers' set-up (its noise, ledger and output bytes are those of Theorem 1 exactly)."""
-    return mechanism == "laplace" and accountant == "basic"
-
-
-ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
-GUARANTEE_KEYS = ("mechanism", "accountant", "delta", "sensitivity_norm", "guarantee")
-
-
-def guarantee(mechanism: str, accountant: str, delta: float) -> dict:
-    """Which mechanism and accountant make the owners' guarantee, as every output states it (a run's,
-    a replicated run's and a policy comparison's ``summary.json``, each cell of a sweep): the keys of
-    :data:`GUARANTEE_KEYS`, δ = 0 for pure ε-DP (the scenario's δ is not used there)."""
-    pure = is_pure(mechanism, accountant)
-    if pure:
-        text = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
-    elif accountant == "basic":
-        text = (f"(ε, δ)-DP: {mechanism} answers, basic composition (each of m_i answers spends "
-                "ε_i/m_i and δ_i/m_i)")
-    else:
-        text = (f"(ε, δ)-DP: m_i {mechanism} answers composed by dp-accounting's "
-                f"{ACCOUNTANT_NAMES[accountant]} accountant")
-    return {"mechanism": mechanism, "accountant": accountant, "delta": 0.0 if pure else delta,
-            "sensitivity_norm": NORMS[mechanism], "guarantee": text}
-
-
-def noise_multiplier(mechanism: str, accountant: str, answers: int, epsilon: float, delta: float) -> float:
+def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
     """z: the noise scale per unit of one answer's sensitivity such that ``answers`` answers compose
-    to (ε, δ); see dpmarket/privacy/accounting.py (loaded only for (ε, δ) answers)."""
-    if is_pure(mechanism, accountant):
-        return answers / epsilon
+    to the guarantee's (ε, δ); see dpmarket/privacy/accounting.py (loaded only for (ε, δ) answers)."""
+    if guarantee.pure:
+        return answers / guarantee.epsilon
     from dpmarket.privacy.accounting import noise_multiplier as calibrated
 
-    return calibrated(mechanism, accountant, int(answers), float(epsilon), float(delta))
+    return calibrated(guarantee, int(answers))
 
 
 def laplace_scale(xi: float, answers: int, n_records: int, epsilon: float) -> float:

@@ -16,11 +16,10 @@ from __future__ import annotations
 import numpy as np
 
 from dpmarket.learning.objective import Loss, OwnerData
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.privacy.mechanisms import (
-    NORMS,
     Accountant,
     ComposedLedger,
-    is_pure,
     laplace_scale,
     make_noise,
     noise_multiplier,
@@ -38,25 +37,43 @@ def answer_bound(xi: float, scale: float) -> float:
 
 
 class DataOwner:
-    """One hospital or bank: its records, its budget, its noise stream and its ledger."""
+    """One hospital or bank: its records, its guarantee, its noise stream and its ledger.
 
-    def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, epsilon: float,
-                 answers: int, xi: float, noise_rng: np.random.Generator,
-                 clip: float | None = None, mechanism: str = "laplace", accountant: str = "basic",
-                 delta: float = 0.0) -> None:
+    ``answers`` is m_i, the number of answers the guarantee is spread over (the owner refuses the
+    next one); ``xi`` bounds every per-example gradient in the guarantee's norm; ``clip``, when given,
+    is the norm each per-example gradient is clipped to (then ``xi`` equals it).
+    """
+
+    def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, *, guarantee: Guarantee,
+                 answers: int, xi: float, noise_rng: np.random.Generator, clip: float | None = None) -> None:
         self.index, self.name, self.data, self.loss = index, name, data, loss
-        self.epsilon, self.answers_allowed, self.xi, self.clip = epsilon, answers, xi, clip
-        self.mechanism, self.accountant, self.delta = mechanism, accountant, delta
+        self.guarantee, self.answers_allowed, self.xi, self.clip = guarantee, answers, xi, clip
         self.sensitivity = 2.0 * xi / data.n  # of one answer, in the mechanism's norm
-        if is_pure(mechanism, accountant):  # Theorem 1 exactly, as the papers (and earlier runs) do
-            self.multiplier = answers / epsilon
-            self.scale = laplace_scale(xi, answers, data.n, epsilon)
+        if guarantee.pure:  # Theorem 1 exactly, as the papers (and earlier runs) do
+            self.multiplier = answers / guarantee.epsilon
+            self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon)
         else:
-            self.multiplier = noise_multiplier(mechanism, accountant, answers, epsilon, delta)
+            self.multiplier = noise_multiplier(guarantee, answers)
             self.scale = self.multiplier * self.sensitivity
         self.charge, self.ledger = self._ledger()
         dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
-        self.noise = make_noise(mechanism, noise_rng, self.scale, dim, block=min(256, answers))
+        self.noise = make_noise(guarantee.mechanism, noise_rng, self.scale, dim, block=min(256, answers))
+
+    @property
+    def epsilon(self) -> float:
+        return self.guarantee.epsilon
+
+    @property
+    def delta(self) -> float:
+        return self.guarantee.delta
+
+    @property
+    def mechanism(self) -> str:
+        return self.guarantee.mechanism
+
+    @property
+    def accountant(self) -> str:
+        return self.guarantee.accountant
 
     def _ledger(self):
         """(charge per answer, ledger): exact even shares of ε_i under basic composition; one answer
@@ -66,14 +83,13 @@ class DataOwner:
             return charge, Accountant(self.index, self.epsilon)
         from dpmarket.privacy.accounting import epsilon_curve
 
-        curve = epsilon_curve(self.mechanism, self.accountant, self.multiplier, float(self.delta),
-                              float(self.epsilon))
+        curve = epsilon_curve(self.guarantee, self.multiplier)
         return 1, ComposedLedger(self.index, self.epsilon, self.answers_allowed, curve)
 
     @property
     def norm(self) -> str:
         """The norm Ξ bounds (and clipping uses): L1 for Laplace, L2 for Gaussian."""
-        return NORMS[self.mechanism]
+        return self.guarantee.norm
 
     def exact_answer(self, theta: np.ndarray) -> np.ndarray:
         """Q_i(θ) before noise (with per-example clipping when the owner clips)."""

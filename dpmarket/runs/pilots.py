@@ -32,7 +32,7 @@ from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
 from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets, fit_quality, relative_nnls
 from dpmarket.markets.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.markets.stage import MarketStage, sellers_of, settle_market
-from dpmarket.privacy.mechanisms import is_pure
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs.replications import batched, final_psis
 from dpmarket.scenario.schema import ForecastConstants, Scenario
 from dpmarket.system import files
@@ -89,7 +89,7 @@ def cache_key(scenario: Scenario) -> str:
     market = table.pop("market") or {}
     table["pilots"] = market.get("pilots")
     table["forms"] = FORMS
-    if not is_pure(scenario.privacy.mechanism, scenario.privacy.accountant):
+    if not Guarantee.of(scenario.privacy).pure:
         table["budgets"] = "effective"  # Theorem 2 fitted on ε̃, not ε (pure ε-DP keys stay as they were)
     table["data"]["seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
     for spec in table["owners"]:

@@ -22,6 +22,7 @@ from dpmarket.data.problem import prepare
 from dpmarket.errors import DataError, ScenarioError
 from dpmarket.learning.objective import OwnerData, make_loss
 from dpmarket.privacy.cohort import build_owners
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.privacy.owners import LAPLACE_TAIL, DataOwner
 from dpmarket.runs.run import execute
 from dpmarket.scenario.loading import validate
@@ -150,11 +151,13 @@ def test_an_owner_never_lets_a_non_finite_answer_out():
     make respond raise instead of returning NaN to the learner."""
     block = np.array([[1.0, np.nan], [1.0, 1.0], [0.5, -0.5]])
     data = OwnerData.from_block(block, False, keep_records=True)
-    owner = DataOwner(0, "o", data, make_loss("squared"), 1.0, 5, 1.0, np.random.default_rng(0))
+    owner = DataOwner(0, "o", data, make_loss("squared"), guarantee=Guarantee("laplace", "basic", 1.0),
+                      answers=5, xi=1.0, noise_rng=np.random.default_rng(0))
     with pytest.raises(FloatingPointError, match="owner 0 computed a non-finite answer"):
         owner.respond(np.array([0.5]))
     fine = DataOwner(0, "o", OwnerData.from_block(np.nan_to_num(block), False, True), make_loss("squared"),
-                     1.0, 5, 1.0, np.random.default_rng(0))
+                     guarantee=Guarantee("laplace", "basic", 1.0), answers=5, xi=1.0,
+                     noise_rng=np.random.default_rng(0))
     assert np.isfinite(fine.respond(np.array([0.5]))).all()
 
 

@@ -29,6 +29,7 @@ from dpmarket.data import magnitudes, table
 from dpmarket.data.table import read
 from dpmarket.errors import DataError, ScenarioError
 from dpmarket.learning.objective import OwnerData, make_loss
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.privacy.owners import DataOwner, answer_bound
 from dpmarket.runs.run import execute
 from dpmarket.scenario.loading import validate
@@ -318,7 +319,8 @@ def _answer(X, Y, theta_max, lam, loss, Z, y, theta, clip, epsilon=1.0):
         return None  # the run refuses such an ε (run._check_budget)
     block = np.vstack([Z.T, np.ones(n), y])
     data = OwnerData.from_block(block, False, keep_records=True)
-    owner = DataOwner(0, "o", data, make_loss(loss), epsilon, 1, xi, np.random.default_rng(0), clip)
+    owner = DataOwner(0, "o", data, make_loss(loss), guarantee=Guarantee("laplace", "basic", epsilon),
+                      answers=1, xi=xi, noise_rng=np.random.default_rng(0), clip=clip)
     return owner.respond(theta)
 
 

@@ -31,6 +31,7 @@ from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.output.results import run_and_write
 from dpmarket.privacy.accounting import composed_epsilon, epsilon_curve, noise_multiplier
 from dpmarket.privacy.cohort import build_owners, sensitivity
+from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.privacy.mechanisms import ComposedLedger
 
 TARGETS = [(1, 5.0, 1e-5), (24, 10.0, 1e-6), (24, 1.0, 1e-6), (300, 2.0, 1e-6), (1000, 10.0, 1e-6)]
@@ -54,7 +55,7 @@ def meets_target(mechanism, accountant, z, answers, epsilon, delta) -> bool:
 @pytest.mark.parametrize("mechanism", ["laplace", "gaussian"])
 @pytest.mark.parametrize("answers, epsilon, delta", TARGETS)
 def test_calibrated_noise_composes_to_the_target(mechanism, accountant, answers, epsilon, delta):
-    z = noise_multiplier(mechanism, accountant, answers, epsilon, delta)
+    z = noise_multiplier(Guarantee(mechanism, accountant, epsilon, delta), answers)
     assert meets_target(mechanism, accountant, z, answers, epsilon, delta)
     # wrong inputs: 3 % less noise overspends; 5 % more wastes more than 1 % of the budget
     assert not meets_target(mechanism, accountant, 0.97 * z, answers, epsilon, delta)
@@ -73,7 +74,7 @@ def test_gaussian_noise_is_within_the_zcdp_bound(accountant, answers, epsilon, d
     """The tight accountants' ε of the calibrated noise (the target) is at most the zCDP conversion's,
     a valid but looser bound: the calibration never adds more noise than zCDP alone would justify.
     Noise 1.5 times larger (a wrong input) would be: its zCDP ε is already below the target."""
-    z = noise_multiplier("gaussian", accountant, answers, epsilon, delta)
+    z = noise_multiplier(Guarantee("gaussian", accountant, epsilon, delta), answers)
     assert epsilon <= zcdp_bound(z, answers, delta)
     assert epsilon > zcdp_bound(1.5 * z, answers, delta)
 
@@ -81,16 +82,16 @@ def test_gaussian_noise_is_within_the_zcdp_bound(accountant, answers, epsilon, d
 def test_basic_gaussian_composition_is_exact_for_one_answer_and_loose_beyond():
     """One answer: the analytic Gaussian mechanism, within the zCDP bound; 24 answers split (ε, δ)
     evenly and their noise would give far less than ε by zCDP alone: what the accountants buy."""
-    one = noise_multiplier("gaussian", "basic", 1, 5.0, 1e-5)
+    one = noise_multiplier(Guarantee("gaussian", "basic", 5.0, 1e-5), 1)
     assert zcdp_bound(one, 1, 1e-5) >= 5.0 > zcdp_bound(1.5 * one, 1, 1e-5)
-    many = noise_multiplier("gaussian", "basic", 24, 10.0, 1e-6)
+    many = noise_multiplier(Guarantee("gaussian", "basic", 10.0, 1e-6), 24)
     assert zcdp_bound(many, 24, 1e-6) < 0.5 * 10.0
 
 
 def test_tight_accountants_need_less_noise_than_basic_composition():
     """1,000 Laplace answers: PLD < RDP < basic; and PLD prices basic's noise (ε = 10) at about 1.36
     at δ = 10⁻⁶, the figure of the design notes."""
-    z = {a: noise_multiplier("laplace", a, 1000, 10.0, 1e-6) for a in ("basic", "rdp", "pld")}
+    z = {a: noise_multiplier(Guarantee("laplace", a, 10.0, 1e-6), 1000) for a in ("basic", "rdp", "pld")}
     assert z["pld"] < z["rdp"] < z["basic"] == 100.0
     assert library_epsilon("laplace", "pld", 100.0, 1000, 1e-6) == pytest.approx(1.36, abs=0.01)
 
@@ -102,11 +103,11 @@ def test_ledger_curve_is_the_accountants_epsilon(mechanism, accountant):
     given the j answers at once, to 10⁻⁶, and stays below the budget at the cap; another multiplier's
     curve (a wrong input) does not match."""
     answers, epsilon, delta = 40, 4.0, 1e-6
-    z = noise_multiplier(mechanism, accountant, answers, epsilon, delta)
-    curve = epsilon_curve(mechanism, accountant, z, delta, epsilon)
-    wrong = epsilon_curve(mechanism, accountant, 1.02 * z, delta, epsilon)
+    z = noise_multiplier(Guarantee(mechanism, accountant, epsilon, delta), answers)
+    curve = epsilon_curve(Guarantee(mechanism, accountant, epsilon, delta), z)
+    wrong = epsilon_curve(Guarantee(mechanism, accountant, epsilon, delta), 1.02 * z)
     for j in (1, 7, 40):
-        exact = composed_epsilon(mechanism, accountant, z, j, delta, epsilon)
+        exact = composed_epsilon(Guarantee(mechanism, accountant, epsilon, delta), z, j)
         assert curve.after(j) == pytest.approx(exact, rel=1e-6)
         assert wrong.after(j) != pytest.approx(exact, rel=1e-3)
         assert curve.after(j) == pytest.approx(library_epsilon(mechanism, accountant, z, j, delta), rel=0.01)
@@ -119,11 +120,11 @@ def test_gaussian_pld_curve_is_the_exact_epsilon_the_accountant_bounds():
     pessimistic) and within 10⁻⁴ of it, for every j up to the cap; the curve of 1 % less noise (a
     wrong input) is above the accountant's by far more."""
     answers, epsilon, delta = 40, 4.0, 1e-6
-    z = noise_multiplier("gaussian", "pld", answers, epsilon, delta)
-    curve = epsilon_curve("gaussian", "pld", z, delta, epsilon)
-    wrong = epsilon_curve("gaussian", "pld", 0.99 * z, delta, epsilon)
+    z = noise_multiplier(Guarantee("gaussian", "pld", epsilon, delta), answers)
+    curve = epsilon_curve(Guarantee("gaussian", "pld", epsilon, delta), z)
+    wrong = epsilon_curve(Guarantee("gaussian", "pld", epsilon, delta), 0.99 * z)
     for j in range(1, answers + 1):
-        bound = composed_epsilon("gaussian", "pld", z, j, delta, epsilon)
+        bound = composed_epsilon(Guarantee("gaussian", "pld", epsilon, delta), z, j)
         assert bound * (1 - 1e-4) <= curve.after(j) <= bound
         assert curve.after(j) == pytest.approx(dp_accounting.get_epsilon_gaussian(z / math.sqrt(j), delta),
                                                rel=1e-9)
@@ -141,7 +142,7 @@ def owner_noise(mechanism: str, accountant: str, answers: int = 3000):
     owner = build_owners(scenario, consortium, objective)[0]
     theta = np.full(objective.p, 0.1)
     noise = np.array([owner.respond(theta) - owner.exact_answer(theta) for _ in range(answers)])
-    z = noise_multiplier(mechanism, accountant, answers, 2.0, 1e-6)
+    z = noise_multiplier(Guarantee(mechanism, accountant, 2.0, 1e-6), answers)
     assert owner.scale == pytest.approx(z * 2 * sensitivity(scenario, consortium) / owner.data.n)
     return noise.ravel(), owner.scale
 
@@ -394,7 +395,8 @@ def test_multiplier_tables_match_the_exact_calibration():
     for mechanism, accountant in (("laplace", "rdp"), ("laplace", "pld"), ("gaussian", "basic"),
                                   ("gaussian", "pld")):
         table = multipliers(mechanism, accountant, 30, eps, 1e-6)
-        exact = np.array([noise_multiplier(mechanism, accountant, 30, float(e), 1e-6) for e in eps])
+        exact = np.array([noise_multiplier(Guarantee(mechanism, accountant, float(e), 1e-6), 30)
+                          for e in eps])
         assert table == pytest.approx(exact, rel=1e-3)
         assert table * 10 ** (1 / NODES_PER_DECADE) != pytest.approx(exact, rel=0.05)
 

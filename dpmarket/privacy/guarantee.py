@@ -1,0 +1,73 @@
+"""An owner's privacy guarantee as one value: the mechanism, the accountant, ε and δ.
+
+What an owner promises is that its m_i answers *together* are (ε_i, δ_i)-DP, with Laplace (L1
+sensitivity) or Gaussian (L2) noise, composed by basic composition or by an RDP or PLD accountant.
+These four travel together everywhere — into the calibration of the noise, the ledger, the forecast
+and every output's statement of the guarantee — so they are one frozen value (as dp-accounting's
+``DpEvent`` objects are), hashable so that owners with equal guarantees share their calibration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dpmarket.scenario.schema import Privacy
+
+MECHANISMS = ("laplace", "gaussian")
+ACCOUNTANTS = ("basic", "rdp", "pld")
+NORMS = {"laplace": "L1", "gaussian": "L2"}  # the sensitivity each mechanism is calibrated to
+ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
+STATEMENT_KEYS = ("mechanism", "accountant", "delta", "sensitivity_norm", "guarantee")
+
+
+@dataclass(frozen=True)
+class Guarantee:
+    """m answers compose to (``epsilon``, ``delta``)-DP with ``mechanism`` noise under ``accountant``."""
+
+    mechanism: str
+    accountant: str
+    epsilon: float
+    delta: float = 0.0
+
+    def __post_init__(self) -> None:
+        # floats, so that equal guarantees hash alike whatever numeric type built them (caches)
+        object.__setattr__(self, "epsilon", float(self.epsilon))
+        object.__setattr__(self, "delta", float(self.delta))
+
+    @classmethod
+    def of(cls, privacy: Privacy, epsilon: float = 1.0, delta: float | None = None) -> Guarantee:
+        """A scenario's ``[privacy]`` guarantee at ``epsilon`` (an owner's own δ instead of the
+        scenario's, when given)."""
+        return cls(privacy.mechanism, privacy.accountant, epsilon, privacy.delta if delta is None else delta)
+
+    @property
+    def pure(self) -> bool:
+        """Whether answers are pure ε-DP with an exact rational ledger: Laplace under basic composition,
+        the papers' set-up (its noise, ledger and output bytes are those of Theorem 1 exactly)."""
+        return self.mechanism == "laplace" and self.accountant == "basic"
+
+    @property
+    def norm(self) -> str:
+        """The norm the sensitivity Ξ bounds (and clipping uses): L1 for Laplace, L2 for Gaussian."""
+        return NORMS[self.mechanism]
+
+    def at(self, epsilon: float) -> Guarantee:
+        """The same guarantee at another ε."""
+        return replace(self, epsilon=epsilon)
+
+    def statement(self) -> dict:
+        """The guarantee as every output states it (a run's, a replicated run's and a policy
+        comparison's ``summary.json``, each cell of a sweep): the keys of :data:`STATEMENT_KEYS`,
+        δ = 0 for pure ε-DP (the scenario's δ is not used there)."""
+        if self.pure:
+            text = "pure ε-DP: Laplace answers, basic composition (each of m_i answers spends ε_i/m_i)"
+        elif self.accountant == "basic":
+            text = (f"(ε, δ)-DP: {self.mechanism} answers, basic composition (each of m_i answers "
+                    "spends ε_i/m_i and δ_i/m_i)")
+        else:
+            text = (f"(ε, δ)-DP: m_i {self.mechanism} answers composed by dp-accounting's "
+                    f"{ACCOUNTANT_NAMES[self.accountant]} accountant")
+        return {"mechanism": self.mechanism, "accountant": self.accountant,
+                "delta": 0.0 if self.pure else self.delta, "sensitivity_norm": self.norm, "guarantee": text}
