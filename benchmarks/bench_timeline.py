@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RUN = ("import sys; import dpmarket.output.results as r; r.WRITE_SPANS = {spans}; "
        "from dpmarket.cli import main; sys.exit(main(sys.argv[1:]))")
 TREE = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-        "rc = subprocess.call(sys.argv[1:]); w = time.perf_counter() - t; "
+        "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); w = time.perf_counter() - t; "
         "u = resource.getrusage(resource.RUSAGE_CHILDREN); print(w, u.ru_maxrss, rc)")
 
 
@@ -54,11 +54,11 @@ def part_one(repeats: int, baseline: Path | None, work: Path) -> None:
         cases["baseline checkout"] = (True, baseline)
     times: dict[str, list[float]] = {name: [] for name in cases}
     for r in range(repeats):
-        for name, (spans, package) in cases.items():
-            args, env = command(spans, scenario, work / f"ny-{name[:4]}-{r}", package)
+        for c, (name, (spans, package)) in enumerate(cases.items()):
+            args, env = command(spans, scenario, work / f"ny-{c}-{r}", package)
             times[name].append(timed(args, env))
     median = {name: statistics.median(t) for name, t in times.items()}
-    run_dir = work / "ny-with-0"
+    run_dir = work / "ny-0-0"  # with the timelines
     from dpmarket.output.timeline import write_trace
 
     write_trace(run_dir, work / "warm.json")  # imports and caches warm
