@@ -29,16 +29,30 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ("import sys; import dpmarket.output.results as r; r.WRITE_SPANS = {spans}; "
-       "from dpmarket.cli import main; sys.exit(main(sys.argv[1:]))")
-TREE = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-        "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); w = time.perf_counter() - t; "
-        "u = resource.getrusage(resource.RUSAGE_CHILDREN); print(w, u.ru_maxrss, rc)")
+RUN = (
+    "import sys; import dpmarket.output.results as r; r.WRITE_SPANS = {spans}; "
+    "from dpmarket.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+TREE = (
+    "import resource, subprocess, sys, time; t = time.perf_counter(); "
+    "rc = subprocess.call(sys.argv[1:], stdout=subprocess.DEVNULL); w = time.perf_counter() - t; "
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); print(w, u.ru_maxrss, rc)"
+)
 
 
 def command(spans: bool, scenario: str, out: Path, package: Path = ROOT) -> tuple[list[str], dict]:
     env = {**os.environ, "PYTHONPATH": str(package)}
     return [sys.executable, "-c", RUN.format(spans=spans), "run", scenario, "--out", str(out), "--quiet"], env
+
+
+def rows(path: Path) -> int:
+    """Data rows of a CSV file."""
+    with open(path, encoding="utf-8") as fh:
+        return sum(1 for _ in fh) - 1
+
+
+def kilobytes(path: Path) -> float:
+    return path.stat().st_size / 1e3
 
 
 def timed(args: list[str], env: dict | None = None) -> float:
@@ -65,44 +79,64 @@ def part_one(repeats: int, baseline: Path | None, work: Path) -> None:
     start = time.perf_counter()
     write_trace(run_dir, work / "ny.json")
     trace_s = time.perf_counter() - start
-    trace_cmd = timed([sys.executable, "-m", "dpmarket", "timeline", str(run_dir), "--trace", str(work / "c.json")])
+    trace_cmd = timed(
+        [sys.executable, "-m", "dpmarket", "timeline", str(run_dir), "--trace", str(work / "c.json")]
+    )
     print(f"1. ny_hospitals `run`, median of {repeats} (load average {os.getloadavg()[0]:.1f} at the end)")
     for name, value in median.items():
         print(f"   {name:28s} {value:6.3f} s   (all: {', '.join(f'{t:.2f}' for t in times[name])})")
     base = median["without (WRITE_SPANS off)"]
     ratio = (median["with timelines"] + trace_s) / base
-    spans_rows = sum(1 for _ in open(run_dir / "spans.csv", encoding="utf-8")) - 1
-    print(f"   spans.csv {spans_rows:,} rows; report.html {(run_dir / 'report.html').stat().st_size / 1e3:.0f} kB")
-    print(f"   trace in-process {trace_s:.3f} s ({(work / 'ny.json').stat().st_size / 1e6:.2f} MB); "
-          f"`timeline --trace` as a command {trace_cmd:.2f} s")
-    print(f"   (run with timelines + trace) / run without = {ratio:.3f}   target <= 1.10   "
-          f"{'PASS' if ratio <= 1.10 else 'FAIL  <<<'}")
+    spans_rows = rows(run_dir / "spans.csv")
+    print(
+        f"   spans.csv {spans_rows:,} rows; report.html {kilobytes(run_dir / 'report.html'):.0f} kB"
+    )
+    print(
+        f"   trace in-process {trace_s:.3f} s ({(work / 'ny.json').stat().st_size / 1e6:.2f} MB); "
+        f"`timeline --trace` as a command {trace_cmd:.2f} s"
+    )
+    print(
+        f"   (run with timelines + trace) / run without = {ratio:.3f}   target <= 1.10   "
+        f"{'PASS' if ratio <= 1.10 else 'FAIL  <<<'}"
+    )
     if baseline is not None:
-        print(f"   run with timelines / baseline checkout = {median['with timelines'] / median['baseline checkout']:.3f}")
+        print(
+            f"   run with timelines / baseline checkout = "
+            f"{median['with timelines'] / median['baseline checkout']:.3f}"
+        )
 
 
 def part_two(work: Path) -> None:
     out = work / "mobile"
     args, env = command(True, str(ROOT / "scenarios" / "mobile_devices.toml"), out)
-    result = subprocess.run([sys.executable, "-c", TREE, *args], capture_output=True, text=True, env=env,
-                            cwd=ROOT, check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", TREE, *args], capture_output=True, text=True, env=env, cwd=ROOT, check=True
+    )
     wall, peak_kib, rc = result.stdout.split()
     wall, peak = float(wall), int(peak_kib) / 2**20
-    rows = sum(1 for _ in open(out / "spans.csv", encoding="utf-8")) - 1
-    print(f"2. mobile_devices `run` with spans: {wall:.1f} s wall, peak RSS {peak:.2f} GiB, exit {rc}; "
-          f"spans.csv {rows:,} rows ({(out / 'spans.csv').stat().st_size / 1e6:.0f} MB)   targets < 30 s, < 1 GiB   "
-          f"{'PASS' if wall < 30 and peak < 1 else 'FAIL  <<<'}")
+    count = rows(out / "spans.csv")
+    print(
+        f"2. mobile_devices `run` with spans: {wall:.1f} s wall, peak RSS {peak:.2f} GiB, exit {rc}; "
+        f"spans.csv {count:,} rows ({kilobytes(out / 'spans.csv') / 1e3:.0f} MB)   targets < 30 s, < 1 GiB   "
+        f"{'PASS' if wall < 30 and peak < 1 else 'FAIL  <<<'}"
+    )
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "dpmarket", "timeline", str(out), "--trace", str(work / "m.json")],
-                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "dpmarket", "timeline", str(out), "--trace", str(work / "m.json")],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     trace_s = time.perf_counter() - start
     start = time.perf_counter()
     with open(work / "m.json", encoding="utf-8") as fh:
         document = json.load(fh)
     parse_s = time.perf_counter() - start
-    print(f"   `timeline --trace`: {trace_s:.1f} s, {(work / 'm.json').stat().st_size / 1e6:.1f} MB, "
-          f"{len(document['traceEvents']):,} events, parsed back in {parse_s:.1f} s; "
-          f"owners: {document['otherData']['owners']}; detail: {document['otherData']['detail']}")
+    print(
+        f"   `timeline --trace`: {trace_s:.1f} s, {(work / 'm.json').stat().st_size / 1e6:.1f} MB, "
+        f"{len(document['traceEvents']):,} events, parsed back in {parse_s:.1f} s; "
+        f"owners: {document['otherData']['owners']}; detail: {document['otherData']['detail']}"
+    )
 
 
 def main() -> None:
