@@ -11,9 +11,10 @@
    rows; then ``timeline RUN --trace``: wall, size, and the file parsed back (json.load) with its
    event count.
 
-``--baseline DIR`` adds, in part 1, the same command run with the package of another checkout
-(e.g. ``git worktree add /tmp/main main``): the code before the timelines, whose run drew the old
-timeline.png. ``--quick``: 2 repeats and no mobile_devices. Always exits 0; FAIL is printed.
+``--part 1`` or ``--part 2`` runs one part only. ``--baseline DIR`` adds, in part 1, the same
+command run with the package of another checkout (e.g. ``git archive main | tar -x -C /tmp/main``):
+the code before the timelines, whose run drew the old timeline.png with one figure helper.
+``--quick``: 2 repeats and no mobile_devices. Always exits 0; FAIL is printed.
 """
 
 from __future__ import annotations
@@ -169,11 +170,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--baseline", type=Path, help="another checkout whose package is the reference")
+    parser.add_argument("--part", type=int, choices=(1, 2), help="run only this part")
     args = parser.parse_args()
     print(f"load average at start: {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
     with tempfile.TemporaryDirectory(prefix="bench-timeline-") as temp:
-        part_one(2 if args.quick else args.repeats, args.baseline, Path(temp))
-        if not args.quick:
+        if args.part != 2:
+            part_one(2 if args.quick else args.repeats, args.baseline, Path(temp))
+        if not args.quick and args.part != 1:
             part_two(Path(temp))
 
 
