@@ -198,3 +198,23 @@ def test_owners_and_window_choose_the_tracks(run, tmp_path):
     assert spans and all(e["ts"] >= 1e6 - 1e-3 and e["ts"] + e["dur"] <= 3e6 + 1e-3 for e in spans)
     assert main(["timeline", str(run), "--trace", str(tmp_path / "u.json"), "--from", "3", "--to", "1"]) == 2
     assert not (tmp_path / "u.json").exists()
+
+
+def test_a_market_in_time_has_its_counters(tmp_path):
+    from tests.markets.test_dynamic import REQUEST as MARKET_NETWORK
+    from tests.markets.test_dynamic import WILLING, scenario
+
+    out = tmp_path / "run"
+    market = scenario(MARKET_NETWORK, WILLING, mode="dynamic", rule="progress", period=0.5, iterations=200,
+                      value=1.0)
+    run_and_write(market, out)
+    document = written(out, tmp_path / "t.json")
+    assert format_problems(document) == []
+    log = pd.read_csv(out / "events.csv")
+    events = document["traceEvents"]
+    counters = Counter(e["name"] for e in events if e["ph"] == "C" and e["pid"] == trace.MARKET)
+    assert counters["price"] == (log["kind"] == "price").sum() > 1
+    assert counters["payments"] == (log["kind"] == "payment").sum() > 0
+    assert counters["participants"] == log["kind"].isin(["join", "leave"]).sum()
+    paid = [e["args"]["payments"] for e in document["traceEvents"] if e.get("name") == "payments"]
+    assert paid[-1] == pytest.approx(log.loc[log["kind"] == "payment", "amount"].sum())
