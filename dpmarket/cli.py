@@ -34,7 +34,10 @@ EXAMPLES = {
   dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
     "timeline": """examples:
   dpmarket timeline outputs/ny_hospitals-seed2015
-  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5""",
+  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5
+  dpmarket timeline outputs/ny_hospitals-seed2015 --format markdown --from 2 --to 3
+  dpmarket timeline outputs/ny_hospitals-seed2015 --format csv --table waits > waits.csv
+  dpmarket timeline outputs/ny_hospitals-seed2015 --trace ny.json   then open ny.json in ui.perfetto.dev""",
     "forecast": """examples:
   dpmarket forecast banks_market
   dpmarket forecast ny_hospitals --set market.price=10""",
@@ -96,12 +99,21 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", action="store_true", help="print nothing when valid")
     _add_set(check)
     line = _command(sub, "timeline", "summarise and draw a run's communication timeline", (
-        "Print a run's per-owner communication summary and channel load, and redraw its "
-        "timeline.png for the owners and time window chosen."))
+        "Print a run's per-owner communication summary, channel load and answers (shares of time "
+        "online, in exchange and colliding; gaps between updates; who waited longest; what happened "
+        "in the window), and redraw its timeline.png for the owners and time window chosen; or write "
+        "the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
     line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    line.add_argument("--format", dest="form", choices=("text", "csv", "markdown"), default="text",
+                      help="print the answers as tables: shares online, in exchange and colliding, gaps "
+                           "between updates, who waited longest, what happened in the window (default text)")
+    line.add_argument("--table", choices=("shares", "channels", "gaps", "waits", "happened", "spans"),
+                      help="with --format csv or markdown: print this table only")
+    line.add_argument("--trace", type=Path, metavar="FILE.json",
+                      help="write the run as a Chrome trace (Perfetto, chrome://tracing) instead")
     fc = _command(sub, "forecast", "forecast psi and each owner's benefit, without training", (
         "Print the forecast psi of the owners that would take part (under the scenario's market, "
         "or at their budgets) and whether each owner is forecast to benefit; no training run."))
@@ -223,9 +235,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from dpmarket.output.timeline import write_trace
+
+        print(write_trace(args.run_dir, args.trace, args.owners, args.t0, args.t1))
+        return 0
     from dpmarket.output.figures import timeline as timeline_plot
 
-    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1))
+    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, args.table))
     return 0
 
 

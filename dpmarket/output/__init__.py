@@ -7,7 +7,10 @@ The computation packages never import this one; results flow one way into it. Mo
 - :mod:`~dpmarket.output.report`: ``report.html``, one self-contained page
 - :mod:`~dpmarket.output.directories`: run and market directories, written whole or not at all
 - :mod:`~dpmarket.output.results`: a run directory's files
+- :mod:`~dpmarket.output.views`: what the timeline's picture and interactive view show, from spans
+- :mod:`~dpmarket.output.spans`: ``spans.csv``, the run's intervals paired from ``events.csv``
 - :mod:`~dpmarket.output.timeline`: the ``timeline`` command's tables from a run directory
+- :mod:`~dpmarket.output.trace`: a run as a Chrome trace (Perfetto, chrome://tracing)
 - :mod:`~dpmarket.output.timeseries`: a market in time's series from a run directory
 - :mod:`~dpmarket.output.figures`: every figure (matplotlib), drawn in a helper process
 """

@@ -2,7 +2,10 @@
 
 A report is a list of blocks (headings, paragraphs, tables, figures) rendered to a single
 HTML file a user opens in a browser with no network: CSS inline, figures embedded as base64
-PNG, no JavaScript. Every text and table cell is HTML-escaped, so names from scenario files
+PNG. A run's report also holds an interactive timeline (:class:`Interactive`): a small canvas script
+of dpmarket's own (``timeline.js``, about 10 kB, inlined), not Bokeh or Plotly, whose inlined
+libraries would add 1 to 4 MB to every report and, for Bokeh, random ids that would break same
+seed, same bytes. Every text and table cell is HTML-escaped, so names from scenario files
 cannot inject markup. The file is written atomically (a temporary sibling renamed into place)
 and contains no timestamp or wall time, so the same run gives the same bytes.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +50,12 @@ figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #555; }
 p.note { color: #666; font-size: .9em; }
+div.dpm-canvas { position: relative; overflow: hidden; }
+div.dpm-tip { display: none; position: absolute; white-space: pre; background: #fff; border: 1px solid #999;
+              padding: .3em .5em; font-size: .8em; pointer-events: none; }
+span.dpm-key { display: inline-block; width: .9em; height: .9em; margin: 0 .2em 0 .6em;
+               vertical-align: middle; }
+div.dpm-controls select { vertical-align: top; min-width: 16em; }
 """.strip()
 
 
@@ -89,7 +99,14 @@ class Facts:
     rows: Sequence[tuple[str, str]]
 
 
-Block = Heading | Text | Table | Figure | Facts
+@dataclass(frozen=True)
+class Interactive:
+    """The interactive timeline: ``data`` from :meth:`dpmarket.output.views.Interactive.data`."""
+
+    data: dict
+
+
+Block = Heading | Text | Table | Figure | Facts | Interactive
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -129,6 +146,8 @@ def _render_block(block: Block) -> str:
         return _render_figure(block)
     if isinstance(block, Facts):
         return _render_facts(block)
+    if isinstance(block, Interactive):
+        return _render_interactive(block)
     raise TypeError(f"not a report block: {block!r}")
 
 
@@ -196,6 +215,33 @@ def _render_facts(facts: Facts) -> str:
     return f'<div class="scroll"><table class="facts">{caption}{rows}</table></div>'
 
 
+_LEGEND = (("applied", "#2ca02c"), ("lost to collision", "#d62728"), ("lost to loss", "#ff7f0e"),
+           ("refused", "#9467bd"), ("dropped offline", "#8c564b"), ("offline", "#dddddd"),
+           ("budget exhausted", "#f1e6f7"), ("collision window", "#d62728"))
+
+
+def _render_interactive(block: Interactive) -> str:
+    """The timeline's controls, canvas and data, and its script (inline: the page stays offline)."""
+    script = (Path(__file__).with_name("timeline.js")).read_text(encoding="utf-8")
+    # JSON inside <script>: no "<", ">" or "&" can end the element or open a comment
+    data = json.dumps(block.data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    legend = " ".join(f'<span class="dpm-key" style="background:{c}"></span>{_esc(n)}' for n, c in _LEGEND)
+    note = block.data.get("note")
+    return "\n".join([
+        '<div id="dpm-timeline" class="dpm-timeline">',
+        '<div class="dpm-controls"><button type="button" class="dpm-in">zoom in</button> '
+        '<button type="button" class="dpm-out">zoom out</button> '
+        '<button type="button" class="dpm-reset">whole run</button> '
+        '<label>owners (none chosen: all) <select multiple size="3"></select></label></div>',
+        f'<p class="note">Wheel: zoom; drag: pan; double click: the whole run; hover: details. {legend}</p>',
+        '<div class="dpm-canvas"><canvas></canvas><div class="dpm-tip"></div></div>',
+        *([f'<p class="note">Shown: {_esc(note)}.</p>'] if note else []),
+        "</div>",
+        f'<script type="application/json" id="dpm-timeline-data">{data}</script>',
+        f"<script>\n{script}</script>"])
+
+
 def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
@@ -206,7 +252,9 @@ def _esc(text: str) -> str:
 RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
-    ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
+    ("timeline.png", "The communication timeline: each owner's exchanges over simulated time coloured "
+                     "by outcome (or counted per time bin for many owners), outages shaded, collisions "
+                     "marked; below, the owner served at each update (the papers' Figures 4 and 9)."),
     ("market_timeline.png", "The market in time (market.mode = \"dynamic\"): the posted price, the owners "
                             "taking part, what the learner has paid so far and ψ of its model (log scale), "
                             "against simulated time; read from the market rows of events.csv."),
@@ -215,11 +263,13 @@ RUN_FIGURES = (
 )
 
 
-def run_report(result: RunResult, directory: Path, plots: bool | None = None) -> Path:
+def run_report(result: RunResult, directory: Path, plots: bool | None = None,
+               timeline: dict | None = None) -> Path:
     """``report.html`` of one run: the headline, the figures already in ``directory``, the owners,
     then every value of summary.json.
 
-    ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``).
+    ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``);
+    ``timeline``, the interactive timeline's data (:class:`Interactive`), if it is to be shown.
     ``wall_seconds`` is left out so that the page, like every other file but
     ``summary.json``, is byte-identical for the same seed.
     """
@@ -235,6 +285,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
         Facts("Key figures", key_figures(facts, budgets)),
         Heading("Figures"),
         *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
+        *([Heading("Timeline"), Interactive(timeline)] if timeline is not None else []),
         Heading("Owners"),
         Table(f"owners.csv: {facts['owners_benefiting']} of {len(owners)} owners benefit "
               "(ψ of the collaborative model below their own-data ψ)", owners, max_rows=100),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmarket.output import spans, views
 from dpmarket.output.directories import Identity, default_directory, run_directory
 from dpmarket.output.figures.painter import Painter
 from dpmarket.output.summary import budgets, network_load, owner_rows, summary
@@ -42,6 +43,10 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
+    lanes = view = None
+    if WRITE_SPANS and (directory / "events.csv").is_file():
+        lanes, view = timeline_sinks(result) if plots else (None, None)
+        write_spans(result, directory, [lanes.add, view.add] if plots else [])
     write_metrics(result, directory / "metrics.csv")
     write_owners(result, directory / "owners.csv")
     (directory / "summary.json").write_text(files.dumps(summary(result), indent=2) + "\n",
@@ -54,12 +59,43 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     if plots:
         data = figure_data(result)
         painter.paint("run", data, str(directory))
+        if lanes is not None:
+            painter.paint("timeline", lanes.data(data["title"]), str(directory))
         if result.market is not None and result.market.dynamic is not None:
             painter.paint("market_timeline", market_timeline_data(directory, data["title"]), str(directory))
     painter.wait()
     from dpmarket.output.report import run_report  # deferred: only runs that are written need it
 
-    run_report(result, directory, plots)
+    run_report(result, directory, plots, view.data() if view is not None else None)
+
+
+WRITE_SPANS = True  # benchmarks/bench_timeline.py turns it off to time a run without spans
+
+
+def span_timing(result: RunResult) -> spans.Timing:
+    """What pairing events into spans needs to know of ``result`` (:class:`spans.Timing`)."""
+    net = result.scenario.network
+    return spans.Timing(net.mode, net.transmission_time, net.latency, not is_async(result),
+                        spans.run_end(result.stop_reason, net.horizon, result.training.time))
+
+
+def timeline_sinks(result: RunResult) -> tuple[views.Lanes, views.Interactive]:
+    """What the run's timeline.png and report.html's interactive timeline gather from its spans."""
+    s, names = result.scenario, list(result.consortium.names)
+    counts, timing = result.training.log.counts, span_timing(result)
+    network = s.network.mode != "ideal"
+    channel_of = [s.owner_value(i, "channel") if network else 0 for i in range(len(names))]
+    exchanges = counts["request"] if s.network.mode == "request" else counts["query"]
+    lanes = views.Lanes(names, channel_of, 0.0, timing.end, exchanges=exchanges,
+                        iterations=s.learner.iterations)
+    return lanes, views.Interactive(names, timing.end)
+
+
+def write_spans(result: RunResult, directory: Path, sinks: list[spans.Sink] = ()) -> int:
+    """``spans.csv``: the run's intervals, paired from its events.csv (:mod:`dpmarket.output.spans`);
+    each block of spans also goes to ``sinks``. Returns the number of spans."""
+    return spans.write(directory / "events.csv", directory / "spans.csv", list(result.consortium.names),
+                       span_timing(result), sinks)
 
 
 def market_timeline_data(run_dir: Path, title: str) -> dict:

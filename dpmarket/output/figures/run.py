@@ -39,11 +39,9 @@ MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a densit
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
-    """Write ``psi.png`` (and ``timeline.png`` for asynchronous runs) into ``directory``."""
-    directory = Path(directory)
-    psi_against_k(data, directory / "psi.png")
-    if data.sequence or data.density:
-        owner_sequence(data, directory / "timeline.png")
+    """Write ``psi.png`` into ``directory`` (``timeline.png``, drawn from the run's spans, is
+    :func:`dpmarket.output.figures.timeline.draw_lanes`'s)."""
+    psi_against_k(data, Path(directory) / "psi.png")
 
 
 def _save(fig: Figure, path: Path) -> None:
