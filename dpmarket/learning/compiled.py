@@ -13,8 +13,8 @@ Arithmetic: every operation is IEEE double without contraction or reordering, ex
 records of a tile, which the compiler may split into vector lanes (``fastmath={"reassoc"}``); it does
 so the same way for every call, so a query point's answer does not depend on the others in its call
 (the replay's batches give each replication the bits of its run alone). The exponential and log1p of
-the logistic loss are written out (range reduction and a Taylor polynomial) so that they vectorise;
-within 2.3·10⁻¹⁶ relative of numpy's (tested).
+the logistic loss are written out (range reduction and series) so that they vectorise; within
+2.3·10⁻¹⁶ and 4.5·10⁻¹⁶ relative of numpy's (tested).
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ the model has an intercept). ``σ = 2λ`` is the strong-convexity constant of th
 Squared loss is served from per-owner sufficient statistics (``ZᵀZ``, ``Zᵀy``, ``yᵀy``), so a
 gradient query or an evaluation of f costs O(p²) whatever the owners' sizes. Logistic and hinge
 losses, and clipped answers, read the records, one pass of O(n_i p) per query
-(:mod:`dpmarket.learning.records`). θ* and the own-data models are exact: the ridge solve for squared
-loss, projected Newton for the others (:mod:`dpmarket.learning.newton`).
+(:mod:`dpmarket.learning.records`). θ* and the own-data models: the exact ridge solve for squared
+loss, projected Newton for the logistic (:mod:`dpmarket.learning.newton`), and for the hinge, not
+smooth, Huber smoothings of decreasing width by L-BFGS-B, certified by a duality gap.
 """
 
 from __future__ import annotations
@@ -179,9 +180,18 @@ class SquaredLoss(Loss):
         s = data.stats
         return float(s.c - 2.0 * s.b @ theta + theta @ s.A @ theta)
 
+    def totals(self, thetas: np.ndarray, data: OwnerData) -> np.ndarray:
+        return np.array([self.total(theta, data) for theta in thetas])
+
     def mean_grad(self, theta: np.ndarray, data: OwnerData) -> np.ndarray:
         s = data.stats
         return (2.0 / data.n) * (s.A @ theta - s.b)
+
+    def mean_grads(self, thetas: np.ndarray, data: OwnerData, bound: float | None = None,
+                   norm: str = "L1") -> np.ndarray:
+        if bound is None:  # from the statistics, as mean_grad
+            return np.array([self.mean_grad(theta, data) for theta in thetas])
+        return super().mean_grads(thetas, data, bound, norm)
 
     def values(self, u: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (y - u) ** 2
@@ -305,11 +315,11 @@ class Objective:
         """
         if self.loss.name == "squared":
             return _ridge_box(self, owners)
-        idx = range(len(self.owners)) if owners is None else owners
-        blocks = [(self.owners[i].columns, self.owners[i].records()[1]) for i in idx]
         with one_blas_thread():
             if self.loss.name == "hinge":
-                return newton.solve_hinge(blocks, self.lam, self.theta_max, HINGE_WIDTHS, on_iteration)
+                return _hinge_box(self, owners, on_iteration)
+            idx = range(len(self.owners)) if owners is None else owners
+            blocks = [(self.owners[i].columns, self.owners[i].records()[1]) for i in idx]
             problem = newton.Problem(self.loss.name, blocks, self.lam)
             return newton.projected_newton(problem, self.theta_max, None, on_iteration)
 
@@ -394,17 +404,53 @@ def one_blas_thread():
     return threadpool_limits(1, user_api="blas")
 
 
-# The hinge's θ* is the optimum of its Huber smoothing of the last width (newton.solve_hinge: within
-# that width of the hinge's own optimum, certified by hinge_duality_gap); the first is where the solve starts.
+def _smooth_box(obj: Objective, owners: list[int] | None, x0: np.ndarray | None = None,
+                loss_fn=None, on_iteration: Callable[[], object] | None = None) -> np.ndarray:
+    """Minimise a smooth objective over the box with L-BFGS-B (scipy), to tight tolerances."""
+    from scipy import optimize  # deferred: slow to import, needed only here
+
+    def fun(theta):
+        return obj.value(theta, owners), obj.gradient(theta, owners)
+
+    start = np.zeros(obj.p) if x0 is None else x0
+    bounds = [(-obj.theta_max, obj.theta_max)] * obj.p
+    res = optimize.minimize(fun if loss_fn is None else loss_fn, start, jac=True,
+                            method="L-BFGS-B", bounds=bounds,
+                            callback=None if on_iteration is None else (lambda *_: on_iteration()),
+                            options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-12})
+    return res.x
+
+
 HINGE_WIDTHS = (1e-2, 1e-4, 1e-6)
 
 
 def _stacked(obj: Objective, owners: list[int] | None) -> tuple[np.ndarray, int]:
-    """Rows y_j z_j of the selected owners' records (the hinge depends on nothing else)."""
+    """Rows y_j z_j of the selected owners' records (the hinge depends on nothing else), record-major
+    (the owners keep their records feature-major; the solver's products are the record-major ones)."""
     idx = list(range(len(obj.owners))) if owners is None else owners
     Z = np.vstack([obj.owners[i].records()[0] for i in idx])
     y = np.concatenate([obj.owners[i].records()[1] for i in idx])
-    return y[:, None] * Z, len(y)
+    return np.ascontiguousarray(y[:, None] * Z), len(y)
+
+
+def _hinge_box(obj: Objective, owners: list[int] | None,
+               on_iteration: Callable[[], object] | None = None) -> np.ndarray:
+    """Hinge optimum over the box by smoothing continuation, certified by a duality gap.
+
+    The hinge max(0, m) of the margin deficit m = 1 − y zᵀθ is replaced by its Huber smoothing
+    of width h (within h/2 of it everywhere), minimised with L-BFGS-B for each h in
+    HINGE_WIDTHS, warm-started from the last; :func:`hinge_duality_gap` bounds what is left.
+    """
+    YZ, n = _stacked(obj, owners)
+    lam, theta = obj.lam, np.zeros(obj.p)
+    for h in HINGE_WIDTHS:
+        def fun(t: np.ndarray, h: float = h) -> tuple[float, np.ndarray]:
+            m = 1.0 - YZ @ t
+            d = np.clip(m / h, 0.0, 1.0)  # derivative of the smoothed hinge in m
+            value = np.where(m > h, m - h / 2, 0.5 * m * d)
+            return lam * t @ t + value.sum() / n, 2 * lam * t - (d @ YZ) / n
+        theta = _smooth_box(obj, owners, x0=theta, loss_fn=fun, on_iteration=on_iteration)
+    return theta
 
 
 def hinge_duality_gap(obj: Objective, theta: np.ndarray, owners: list[int] | None = None,
