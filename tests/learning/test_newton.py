@@ -50,8 +50,9 @@ def lbfgsb(obj: Objective, fun=None, start=None) -> np.ndarray:
 
 
 def old_hinge(obj: Objective) -> np.ndarray:
-    """The hinge as solved before: L-BFGS-B on each Huber smoothing of HINGE_WIDTHS, warm-started."""
-    Z = np.vstack([o.records()[0] for o in obj.owners])
+    """The hinge as solved before: L-BFGS-B on each Huber smoothing of HINGE_WIDTHS, warm-started, on the
+    records as owners held them then (record-major)."""
+    Z = np.vstack([np.ascontiguousarray(o.records()[0]) for o in obj.owners])
     YZ = np.concatenate([o.records()[1] for o in obj.owners])[:, None] * Z
     n, theta = len(YZ), np.zeros(obj.p)
     for h in HINGE_WIDTHS:
