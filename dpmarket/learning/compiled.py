@@ -32,7 +32,7 @@ ROUND = 6755399441055744.0  # 1.5·2⁵²: x + ROUND − ROUND rounds x to the n
 EXP_CAP = 746.0  # exp(−746) is below half the smallest subnormal: 0 from there on
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _exp_negative(a, out, hi_bits, lo_bits, w):  # pragma: no cover - compiled
     """out[:w] = exp(−a[:w]) for a ≥ 0: a = k ln 2 + r with |r| ≤ ln 2 / 2, e^−r by a Taylor polynomial
     of degree 13 (error below 10⁻¹⁷), times 2^−k built in two normal halves (exact, and correctly
@@ -66,7 +66,7 @@ def _exp_negative(a, out, hi_bits, lo_bits, w):  # pragma: no cover - compiled
         out[i] = (out[i] * hi[i]) * lo[i]
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _log1p_unit(e, out, w):  # pragma: no cover - compiled
     """out[:w] = log(1 + e[:w]) for 0 ≤ e ≤ 1: 2 atanh(s) with s = e/(2 + e) ≤ 1/3, its odd series to
     s³⁵ (the next term is below 10⁻¹⁷ of the sum)."""
@@ -94,7 +94,7 @@ def _log1p_unit(e, out, w):  # pragma: no cover - compiled
         out[i] = 2.0 * (s * p)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _margins(ZT, theta, s, w, u):  # pragma: no cover - compiled
     """u[:w] = θᵀz_j for the records s…s+w−1, the features added in order, four per sweep."""
     p = ZT.shape[0]
@@ -115,7 +115,7 @@ def _margins(ZT, theta, s, w, u):  # pragma: no cover - compiled
         k += 1
 
 
-@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def _dot4(d, z1, z2, z3, z4, w):  # pragma: no cover - compiled
     """Σ_j d_j z_j of four features over a tile (the one reordered sum: vector lanes)."""
     a1 = a2 = a3 = a4 = 0.0
@@ -128,7 +128,7 @@ def _dot4(d, z1, z2, z3, z4, w):  # pragma: no cover - compiled
     return a1, a2, a3, a4
 
 
-@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def _dot1(d, z, w):  # pragma: no cover - compiled
     a = 0.0
     for j in range(w):
@@ -136,7 +136,7 @@ def _dot1(d, z, w):  # pragma: no cover - compiled
     return a
 
 
-@njit(cache=True, error_model="numpy", fastmath={"reassoc"})
+@njit(cache=True, error_model="numpy", fastmath={"reassoc", "contract"})
 def _total(v, w):  # pragma: no cover - compiled
     a = 0.0
     for j in range(w):
@@ -144,7 +144,7 @@ def _total(v, w):  # pragma: no cover - compiled
     return a
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _weighted_sums(ZT, d, s, w, out, q):  # pragma: no cover - compiled
     """out[q, k] += Σ_j d_j z_jk over the tile's records, for every feature k."""
     p = ZT.shape[0]
@@ -162,7 +162,7 @@ def _weighted_sums(ZT, d, s, w, out, q):  # pragma: no cover - compiled
         k += 1
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _logistic_parts(y, w, u, a, e, hi_bits, lo_bits):  # pragma: no cover - compiled
     """u[:w] ← t_j = −y_j u_j, a[:w] ← |t_j| and e[:w] ← exp(−|t_j|) (``a`` and ``e`` apart: a loop
     whose input and output overlap is not vectorised)."""
@@ -173,7 +173,7 @@ def _logistic_parts(y, w, u, a, e, hi_bits, lo_bits):  # pragma: no cover - comp
     _exp_negative(a, e, hi_bits, lo_bits, w)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def gradients(ZT, y, limit, clip, thetas, loss, out):  # pragma: no cover - compiled
     """out[q] = (1/n) Σ_j ℓ'(θ_qᵀz_j; y_j) z_j for each row θ_q of ``thetas``, each ℓ' clipped to
     ±limit_j when ``clip``: the answers of one owner at m query points, tile by tile."""
@@ -210,7 +210,7 @@ def gradients(ZT, y, limit, clip, thetas, loss, out):  # pragma: no cover - comp
             out[q, k] = out[q, k] / n
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def sums(ZT, y, thetas, loss, out):  # pragma: no cover - compiled
     """out[q] = Σ_j ℓ(θ_qᵀz_j; y_j) for each row θ_q of ``thetas`` (f's data term, unnormalised)."""
     n = ZT.shape[1]
