@@ -3,7 +3,7 @@
 The environment variable ``DPMARKET_KERNEL`` chooses, for every command and the Python API alike:
 
 - ``auto`` (the default): numba where it is installed and pays for its start-up (importing numba and
-  loading the cached kernels cost about 0.6 s per process): the replay of sufficient statistics from
+  loading the cached kernels cost about a second per process): the replay of sufficient statistics from
   :data:`dpmarket.replay.compiled.AUTO_UPDATES` replication-updates, and the answers and ψ that read
   records when one run reads them (record × feature reads) at least :data:`AUTO_READS` times, or
   :data:`AUTO_READS_REPLICATED` times for the runs of an experiment (replications, sweeps: a worker
@@ -34,10 +34,10 @@ from dpmarket.errors import KernelError
 VARIABLE = "DPMARKET_KERNEL"
 CHOICES = ("auto", "numpy", "numba")
 BACKENDS = ("numpy", "numba")
-# Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (about 0.6 s
-# per process, benchmarks/bench_answers.py) against the 0.1–0.3 ns it saves per read; the runs of an
-# experiment share a worker's start-up, about a hundred of them at least.
-AUTO_READS = 5e9
+# Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (0.9–1.5 s per
+# process, docs/guides/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
+# experiment share a worker's start-up, a few hundred of them at least.
+AUTO_READS = 1e10
 AUTO_READS_REPLICATED = 5e7
 
 _state = threading.local()  # the backend pinned in this thread, if any (Dask runs tasks in threads)
