@@ -90,9 +90,8 @@ def test_random_problems_include_binding_boxes():
     assert 6 <= sum(held) <= 18
 
 
-@pytest.mark.parametrize("seed", [1, 3])
-def test_hinge_keeps_the_previous_solver_bit_for_bit(seed):
-    obj = problem(100 + seed, "hinge", records=300)
+def test_hinge_keeps_the_previous_solver_bit_for_bit():
+    obj = problem(101, "hinge", records=300)  # one problem: the previous solver takes seconds
     ours = obj.minimize()
     assert np.array_equal(ours, old_hinge(obj))
     assert 0 <= hinge_duality_gap(obj, ours) <= 1e-6 * obj.value(ours)
