@@ -11,6 +11,7 @@ import numpy as np
 
 from dpmarket.data import Consortium, build_consortium
 from dpmarket.data.magnitudes import check_curvature, check_optimum
+from dpmarket.learning import kernels
 from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.scenario.schema import Scenario
 from dpmarket.system.progress import SILENT, Progress
@@ -41,4 +42,6 @@ def prepare(scenario: Scenario, progress: Progress = SILENT) -> Prepared:
     check_optimum(scenario, consortium, objective)  # ψ = f/f* − 1 finite over Θ
     with progress.phase("own-data models θ_i*", total=len(consortium.owners), unit="owner") as step:
         own = objective.own_data_models(step.update)
-    return Prepared(consortium, objective, objective.psis(own))
+    with kernels.pinned("numpy"):  # data shared by runs whatever kernel each uses: one ψ(θ_i*)
+        own_psi = objective.psis(own)
+    return Prepared(consortium, objective, own_psi)

@@ -32,6 +32,7 @@ import numpy as np
 from dpmarket.data.consortium import Consortium, build_consortium, keeps_records
 from dpmarket.data.synthetic import owner_sizes
 from dpmarket.errors import ScenarioError
+from dpmarket.learning import kernels
 from dpmarket.learning.objective import Objective, OwnerData, make_loss
 from dpmarket.learning.stepsize import StepSize, auto_rho, stability_number
 from dpmarket.scenario.schema import Scenario
@@ -204,7 +205,8 @@ def public_info(scenario: Scenario, consortium: Consortium, norms: bool = False,
         for (k, has_norms, has_owners), info in _CACHE.items():
             if k == key and has_norms >= norms and has_owners >= owners:
                 return info
-    info = _compute(scenario, consortium, norms, owners)
+    with kernels.pinned("numpy"):  # cached for any run that follows, whatever kernel it uses
+        info = _compute(scenario, consortium, norms, owners)
     with _LOCK:
         _CACHE[(key, norms, owners)] = info
         while len(_CACHE) > 4:

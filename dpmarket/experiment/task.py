@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dpmarket.data.problem import Prepared, prepare
-from dpmarket.runs.replications import batched, run_cell
+from dpmarket.learning import kernels
+from dpmarket.runs.replications import batched, record_reads, run_cell
 from dpmarket.runs.run import execute
 from dpmarket.scenario.schema import Scenario
 from dpmarket.schedule.roster import Roster
@@ -95,15 +96,17 @@ def run_task(task: Task) -> list[dict]:
     the records the runs exchange by exchange give.
     """
     prepared = prepared_for(task.scenario)
-    market = None
-    if task.scenario.market is not None:
-        from dpmarket.runs.pilots import market_stage  # deferred: only market cells need it
+    reads = record_reads(task.scenario, prepared.consortium.sizes, prepared.objective.p)
+    with kernels.decided(reads, replicated=True):  # the cell's kernel, whatever the task's share of it
+        market = None
+        if task.scenario.market is not None:
+            from dpmarket.runs.pilots import market_stage  # deferred: only market cells need it
 
-        market = market_stage(task.scenario, prepared)
-    if batched(task.scenario, len(task.seeds)):
-        return replayed_records(task, prepared, market)
-    return [replicate(task, r, seed, prepared, market)
-            for r, seed in zip(task.replications, task.seeds, strict=True)]
+            market = market_stage(task.scenario, prepared)
+        if batched(task.scenario, len(task.seeds)):
+            return replayed_records(task, prepared, market)
+        return [replicate(task, r, seed, prepared, market)
+                for r, seed in zip(task.replications, task.seeds, strict=True)]
 
 
 def replicate(task: Task, replication: int, seed: int, prepared: Prepared,

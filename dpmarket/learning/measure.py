@@ -13,8 +13,6 @@ import numpy as np
 
 from dpmarket.learning.objective import Objective
 
-GROUP_VALUES = 1 << 22  # record-by-model products held at once (losses without statistics)
-
 
 def psis(objective: Objective, thetas: np.ndarray) -> np.ndarray:
     """ψ at each row of ``thetas`` (M, p), each equal to ``objective.psi(row)``."""
@@ -41,12 +39,6 @@ def values(objective: Objective, thetas: np.ndarray) -> np.ndarray:
 
 
 def _loss_sums(objective: Objective, owner, thetas: np.ndarray) -> np.ndarray:
-    """Σ over ``owner``'s records of ℓ at each row of ``thetas`` (as ``Loss.total``)."""
-    Z, y = owner.records()
-    out = np.empty(len(thetas))
-    step = max(1, GROUP_VALUES // max(1, len(y)))
-    for start in range(0, len(thetas), step):
-        part = thetas[start:start + step]
-        scores = np.matmul(Z[None], part[:, :, None])[:, :, 0]
-        out[start:start + step] = np.sum(objective.loss.values(scores, y), axis=1)
-    return out
+    """Σ over ``owner``'s records of ℓ at each row of ``thetas`` (as ``Loss.total``: the record
+    kernels give a point the same bits alone or with others)."""
+    return objective.loss.totals(thetas, owner)

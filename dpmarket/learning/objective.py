@@ -6,7 +6,10 @@ the model has an intercept). ``σ = 2λ`` is the strong-convexity constant of th
 
 Squared loss is served from per-owner sufficient statistics (``ZᵀZ``, ``Zᵀy``, ``yᵀy``), so a
 gradient query or an evaluation of f costs O(p²) whatever the owners' sizes. Logistic and hinge
-losses keep the records and cost O(n_i p) per query.
+losses, and clipped answers, read the records, one pass of O(n_i p) per query
+(:mod:`dpmarket.learning.records`). θ* and the own-data models: the exact ridge solve for squared
+loss, projected Newton for the logistic (:mod:`dpmarket.learning.newton`), and for the hinge, not
+smooth, Huber smoothings of decreasing width by L-BFGS-B, certified by a duality gap.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+
+from dpmarket.learning import kernels, newton, records
 
 LOSSES = ("squared", "logistic", "hinge")
 
@@ -50,7 +55,9 @@ class OwnerData:
     """One owner's records as the learner may never see them: design matrix, labels, statistics.
 
     ``Z`` and ``y`` may be ``None`` for squared loss when only the statistics were kept (the
-    records of large owners are summarised and dropped to keep memory flat).
+    records of large owners are summarised and dropped to keep memory flat). An owner built from its
+    block holds ``Z`` feature-major (``Z.T`` is C-contiguous, :attr:`columns`): the answers read a
+    feature of many records at a time.
     """
 
     n: int
@@ -70,7 +77,7 @@ class OwnerData:
         if not keep_records:
             return cls(n, stats)
         rows = block.shape[0] - 1 if intercept else block.shape[0] - 2
-        return cls(n, stats, np.ascontiguousarray(block[:rows].T), block[-1].copy())
+        return cls(n, stats, block[:rows].copy().T, block[-1].copy())
 
     def records(self) -> tuple[np.ndarray, np.ndarray]:
         """The raw records; an error if they were summarised away."""
@@ -79,19 +86,33 @@ class OwnerData:
         return self.Z, self.y
 
     @cached_property
+    def columns(self) -> np.ndarray:
+        """The records feature-major, ``Z.T`` as a C-contiguous (p, n) array (a view when the owner
+        was built from its block), as the answers read them."""
+        return np.ascontiguousarray(self.records()[0].T)
+
+    @cached_property
     def row_l1(self) -> np.ndarray:
         """‖z_j‖₁ of every record: a margin loss's per-example gradient has L1 norm |ℓ'|·‖z_j‖₁."""
-        return np.abs(self.records()[0]).sum(axis=1)
+        return np.abs(self.columns).sum(axis=0)
 
     @cached_property
     def row_l2(self) -> np.ndarray:
         """‖z_j‖₂ of every record (its per-example gradient's L2 norm is |ℓ'|·‖z_j‖₂)."""
-        Z = self.records()[0]
-        return np.sqrt(np.einsum("ij,ij->i", Z, Z))
+        return np.sqrt(np.square(self.columns).sum(axis=0))
 
     def row_norms(self, norm: str) -> np.ndarray:
         """‖z_j‖ of every record in ``norm`` ("L1" or "L2")."""
         return self.row_l1 if norm == "L1" else self.row_l2
+
+    def limits(self, bound: float, norm: str) -> np.ndarray:
+        """Each record's clip limit on |ℓ'| for per-example gradients within ``bound`` in ``norm``
+        (:func:`~dpmarket.learning.records.clip_limits`), computed once per bound and norm."""
+        cache = self.__dict__.setdefault("_limits", {})
+        key = (float(bound), norm)
+        if key not in cache:
+            cache[key] = records.clip_limits(bound, self.row_norms(norm))
+        return cache[key]
 
 
 class Loss(ABC):
@@ -101,13 +122,22 @@ class Loss(ABC):
 
     def total(self, theta: np.ndarray, data: OwnerData) -> float:
         """Σ over the owner's records of ℓ(θ; z, y)."""
-        Z, y = data.records()
-        return float(np.sum(self.values(Z @ theta, y)))
+        return float(self.totals(np.asarray(theta)[None], data)[0])
+
+    def totals(self, thetas: np.ndarray, data: OwnerData) -> np.ndarray:
+        """Σ over the owner's records of ℓ at each row of ``thetas`` (each as :meth:`total` gives it)."""
+        return records.sums(self.name, data.columns, data.records()[1], thetas)
 
     def mean_grad(self, theta: np.ndarray, data: OwnerData) -> np.ndarray:
         """(1/n_i) Σ ∇ℓ(θ; z, y): the owner's exact answer to a gradient query."""
-        Z, y = data.records()
-        return Z.T @ self.dmargin(Z @ theta, y) / data.n
+        return self.mean_grads(np.asarray(theta)[None], data)[0]
+
+    def mean_grads(self, thetas: np.ndarray, data: OwnerData, bound: float | None = None,
+                   norm: str = "L1") -> np.ndarray:
+        """The owner's answers at each row of ``thetas`` (clipped to ``bound`` in ``norm`` if given), each
+        as :meth:`mean_grad` or :meth:`clipped_mean_grad` gives it alone."""
+        limit = None if bound is None else data.limits(bound, norm)
+        return records.gradients(self.name, data.columns, data.records()[1], thetas, limit)
 
     def clipped_mean_grad(self, theta: np.ndarray, data: OwnerData, bound: float,
                           norm: str = "L1") -> np.ndarray:
@@ -117,9 +147,7 @@ class Loss(ABC):
         Every loss here is a function of the margin, so clipping scales the scalar ℓ' of each
         record and the answer is one pass over the records, not an (n, p) gradient matrix.
         """
-        Z, y = data.records()
-        d = clip_margins(self.dmargin(Z @ theta, y), data.row_norms(norm), bound)
-        return Z.T @ d / data.n
+        return self.mean_grads(np.asarray(theta)[None], data, bound, norm)[0]
 
     def clipped_count(self, theta: np.ndarray, data: OwnerData, bound: float, norm: str = "L1") -> int:
         """How many of the owner's per-example gradients at θ exceed ``norm`` ``bound``."""
@@ -152,9 +180,18 @@ class SquaredLoss(Loss):
         s = data.stats
         return float(s.c - 2.0 * s.b @ theta + theta @ s.A @ theta)
 
+    def totals(self, thetas: np.ndarray, data: OwnerData) -> np.ndarray:
+        return np.array([self.total(theta, data) for theta in thetas])
+
     def mean_grad(self, theta: np.ndarray, data: OwnerData) -> np.ndarray:
         s = data.stats
         return (2.0 / data.n) * (s.A @ theta - s.b)
+
+    def mean_grads(self, thetas: np.ndarray, data: OwnerData, bound: float | None = None,
+                   norm: str = "L1") -> np.ndarray:
+        if bound is None:  # from the statistics, as mean_grad
+            return np.array([self.mean_grad(theta, data) for theta in thetas])
+        return super().mean_grads(thetas, data, bound, norm)
 
     def values(self, u: np.ndarray, y: np.ndarray) -> np.ndarray:
         return (y - u) ** 2
@@ -197,14 +234,11 @@ class HingeLoss(Loss):
         return z_l1
 
 
-CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never ends above the bound
-
-
 def clip_margins(d: np.ndarray, row_norm: np.ndarray, bound: float) -> np.ndarray:
-    """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖ ≤ bound (L1 or L2 row norms), with a 10⁻¹² margin so that
-    the rounded norm of the clipped gradient (p products and a sum) never exceeds ``bound``."""
-    with np.errstate(divide="ignore", over="ignore"):
-        limit = (bound * (1.0 - CLIP_MARGIN)) / row_norm  # z = 0, or subnormal: no limit (inf)
+    """Scale each ℓ'_j so that |ℓ'_j|·‖z_j‖ ≤ bound (L1 or L2 row norms), with a 10⁻¹² margin
+    (:data:`~dpmarket.learning.records.CLIP_MARGIN`) so that the rounded norm of the clipped
+    gradient (p products and a sum) never exceeds ``bound``."""
+    limit = records.clip_limits(bound, row_norm)  # z = 0, or subnormal: no limit (inf)
     return np.clip(d, -limit, limit)
 
 
@@ -258,7 +292,8 @@ class Objective:
         """f at each row of ``thetas`` (R, p); vectorised for squared loss."""
         thetas = np.atleast_2d(thetas)
         if self._total is None:
-            return np.array([self.value(t) for t in thetas])
+            data = sum(self.loss.totals(thetas, owner) for owner in self.owners)
+            return self.lam * np.einsum("rp,rp->r", thetas, thetas) + data / self.n
         s = self._total
         quad = np.einsum("rp,pq,rq->r", thetas, s.A, thetas)
         data = (s.c - 2.0 * thetas @ s.b + quad) / self.n
@@ -283,7 +318,10 @@ class Objective:
         with one_blas_thread():
             if self.loss.name == "hinge":
                 return _hinge_box(self, owners, on_iteration)
-            return _smooth_box(self, owners, on_iteration=on_iteration)
+            idx = range(len(self.owners)) if owners is None else owners
+            blocks = [(self.owners[i].columns, self.owners[i].records()[1]) for i in idx]
+            problem = newton.Problem(self.loss.name, blocks, self.lam)
+            return newton.projected_newton(problem, self.theta_max, None, on_iteration)
 
     def optimum(self, on_iteration: Callable[[], object] | None = None) -> np.ndarray:
         """θ*, solved on the first call (``on_iteration`` as in :meth:`minimize`) and kept."""
@@ -298,8 +336,9 @@ class Objective:
 
     @cached_property
     def f_star(self) -> float:
-        """f(θ*)."""
-        return self.value(self.theta_star)
+        """f(θ*), by numpy whatever kernel computes the runs' ψ: one f* for every run of the data."""
+        with kernels.pinned("numpy"):
+            return self.value(self.theta_star)
 
     def psi(self, theta: np.ndarray) -> float:
         """Relative fitness ψ(θ) = f(θ)/f(θ*) − 1 (an oracle measurement, never in the protocol)."""
@@ -386,11 +425,12 @@ HINGE_WIDTHS = (1e-2, 1e-4, 1e-6)
 
 
 def _stacked(obj: Objective, owners: list[int] | None) -> tuple[np.ndarray, int]:
-    """Rows y_j z_j of the selected owners' records (the hinge depends on nothing else)."""
+    """Rows y_j z_j of the selected owners' records (the hinge depends on nothing else), record-major
+    (the owners keep their records feature-major; the solver's products are the record-major ones)."""
     idx = list(range(len(obj.owners))) if owners is None else owners
     Z = np.vstack([obj.owners[i].records()[0] for i in idx])
     y = np.concatenate([obj.owners[i].records()[1] for i in idx])
-    return y[:, None] * Z, len(y)
+    return np.ascontiguousarray(y[:, None] * Z), len(y)
 
 
 def _hinge_box(obj: Objective, owners: list[int] | None,

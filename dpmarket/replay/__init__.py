@@ -5,4 +5,5 @@ Modules:
 - :mod:`~dpmarket.replay.kernel`: the numpy kernel: θ_L as (R, p), the owners' copies as (R, N, p),
   the noise streams read in blocks
 - :mod:`~dpmarket.replay.compiled`: the optional numba kernel (extra ``fast``), bit for bit the numpy one's
+  (answers that read records are :mod:`dpmarket.learning.records`' in either)
 """

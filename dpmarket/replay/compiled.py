@@ -1,7 +1,8 @@
 """The compiled kernel: the asynchronous replay's blocks of updates as one numba loop (extra ``fast``).
 
 Optional. ``pip install 'dpmarket[fast]'`` adds numba; the environment variable ``DPMARKET_KERNEL``
-chooses, for every command and the Python API alike:
+(read by :mod:`dpmarket.learning.kernels`, which also chooses the kernel of the answers that read
+records) chooses, for every command and the Python API alike:
 
 - ``auto`` (the default): numba where it is installed and pays — a replay of at least
   :data:`AUTO_UPDATES` replication-updates (numba's import and loading the cached kernel cost about
@@ -25,37 +26,17 @@ Nothing is imported or compiled at import time.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
-
 import numpy as np
 
 from dpmarket.errors import KernelError
+from dpmarket.learning.kernels import CHOICES, VARIABLE, available, choice
 
-VARIABLE = "DPMARKET_KERNEL"
-CHOICES = ("auto", "numpy", "numba")
+__all__ = ["AUTO_UPDATES", "CHOICES", "VARIABLE", "KernelError", "async_block", "available", "choice",
+           "wanted"]
+
 AUTO_UPDATES = 2_000_000  # replication-updates from which auto imports numba (break-even ~1.4 M)
 
 _kernel = None  # the compiled loop, made at the first call
-
-
-def choice() -> str:
-    """The kernel ``DPMARKET_KERNEL`` asks for (``auto`` when unset), checked: an unknown name, or
-    ``numba`` where numba is not installed, is an error (no silent fallback)."""
-    value = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise KernelError(f"environment: {VARIABLE} = {os.environ[VARIABLE]!r}: expected one of "
-                          f"{', '.join(CHOICES)}")
-    if value == "numba" and not available():
-        raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
-                          "(pip install 'dpmarket[fast]', or unset it)")
-    return value
-
-
-def available() -> bool:
-    """numba is importable (looked up, not imported)."""
-    return sys.modules.get("numba") is not None or importlib.util.find_spec("numba") is not None
 
 
 def wanted(updates: int) -> bool:

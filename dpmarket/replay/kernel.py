@@ -32,7 +32,6 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
-from dpmarket.learning.objective import CLIP_MARGIN
 from dpmarket.privacy.mechanisms import noise_kind
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.replay import compiled
@@ -40,7 +39,6 @@ from dpmarket.schedule.tape import CHUNK, NO_ASKED, Chunk
 
 BLOCK_VALUES = 1 << 21  # noise values held per block of updates (16 MiB), whatever T and R
 CHUNK_LIMIT = CHUNK  # updates per block at most: the replay keeps pace with a schedule's chunks
-GROUP_VALUES = 1 << 22  # record-by-replication products held at once (logistic, hinge, clipping)
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,12 @@ class Gathered:
 class Answers:
     """The owners' exact answers Q_i(θ) for many (slot, θ) pairs at once, each equal to
     :meth:`DataOwner.exact_answer` — from sufficient statistics for squared loss without clipping,
-    else from the records (grouped by owner, at most :data:`GROUP_VALUES` products at once)."""
+    else from the records: each owner's query points of an update in one call of the record kernel
+    (:mod:`dpmarket.learning.records`: one pass over its records for all of them, each point's
+    answer the bits it has alone)."""
 
     def __init__(self, owners: list[DataOwner]) -> None:
         self.owners = owners
-        self._kept: dict[int, tuple] = {}  # per owner slot, what answers from records read
         self.stats = all(o.clip is None and o.loss.name == "squared" for o in owners)
         if self.stats:
             self.A = np.array([o.data.stats.A for o in owners])
@@ -78,9 +77,9 @@ class Answers:
         if len(slots) == 1:  # one replication: no grouping
             return self.records(int(slots[0]), thetas)
         out = np.empty_like(thetas)
-        for slot in dict.fromkeys(slots.tolist()):
-            at = np.flatnonzero(slots == slot)
-            out[at] = self.records(slot, thetas[at])
+        order = np.argsort(slots, kind="stable")
+        for group in np.split(order, np.flatnonzero(np.diff(slots[order])) + 1):
+            out[group] = self.records(int(slots[group[0]]), thetas[group])
         return out
 
     def one(self, slot: int, theta: np.ndarray) -> np.ndarray:
@@ -101,37 +100,10 @@ class Answers:
         return np.stack([self.records(i, thetas) for i in range(len(self.owners))], axis=1)
 
     def records(self, slot: int, thetas: np.ndarray) -> np.ndarray:
-        """Owner ``slot``'s answers at the rows of ``thetas`` from its records (clipped if it clips);
-        one row is computed with the inline answer's own products (Z θ, then Zᵀ d)."""
-        Z, y, limit, n, dmargin = self._records(slot)
-        if len(thetas) == 1:
-            d = dmargin(Z @ thetas[0], y)
-            if limit is not None:
-                d = np.minimum(np.maximum(d, -limit), limit)  # np.clip's values, without its wrapper
-            return (Z.T @ d / n)[None]
-        out = np.empty_like(thetas)
-        step = max(1, GROUP_VALUES // max(1, len(y)))
-        for start in range(0, len(thetas), step):
-            part = thetas[start:start + step]
-            d = dmargin(np.matmul(Z[None], part[:, :, None])[:, :, 0], y)
-            if limit is not None:
-                d = np.minimum(np.maximum(d, -limit), limit)
-            out[start:start + step] = np.matmul(Z.T[None], d[:, :, None])[:, :, 0] / n
-        return out
-
-    def _records(self, slot: int) -> tuple:
-        """Owner ``slot``'s records, its clipping limits on ℓ' (as :func:`clip_margins` computes
-        them; None without clipping), n_i and its loss's ℓ', looked up once per owner."""
-        found = self._kept.get(slot)
-        if found is None:
-            owner = self.owners[slot]
-            Z, y = owner.data.records()
-            limit = None
-            if owner.clip is not None:
-                with np.errstate(divide="ignore", over="ignore"):
-                    limit = (owner.clip * (1.0 - CLIP_MARGIN)) / owner.data.row_norms(owner.norm)
-            found = self._kept[slot] = (Z, y, limit, owner.data.n, owner.loss.dmargin)
-        return found
+        """Owner ``slot``'s answers at the rows of ``thetas`` from its records (clipped if it clips), each
+        row the bits :meth:`DataOwner.exact_answer` gives for it alone."""
+        owner = self.owners[slot]
+        return owner.loss.mean_grads(thetas, owner.data, owner.clip, owner.norm)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dpmarket.learning import measure
 from dpmarket.learning.learner import AsyncLearner, SyncLearner
 from dpmarket.learning.objective import Objective
 from dpmarket.learning.stepsize import StepSize
-from dpmarket.privacy.cohort import build_owners, ideal_rates, member_view
+from dpmarket.privacy.cohort import build_owners, ideal_rates, member_view, query_shares
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.replay.kernel import Replayed, replay
 from dpmarket.runs.inline import Cast, Trained, step_curvature
@@ -68,6 +68,24 @@ def batched(scenario: Scenario, replications: int) -> bool:
     if not replayable(scenario):
         return False
     return replications >= BATCH_MIN or scenario.network.mode != "ideal"
+
+
+def record_reads(scenario: Scenario, sizes: np.ndarray, dim: int) -> float:
+    """Record × feature reads of one run of ``scenario`` by owners of ``sizes`` with ``dim`` coefficients:
+    its answers (where they read records: a loss other than squared, or clipping), and its ψ at the
+    recorded points (a loss other than squared); what ``DPMARKET_KERNEL=auto`` weighs against numba's
+    start-up (:func:`dpmarket.learning.kernels.resolve`)."""
+    sizes = np.asarray(sizes, dtype=float)
+    lr, loss = scenario.learner, scenario.model.loss
+    reads = 0.0
+    if loss != "squared" or scenario.privacy.sensitivity == "clip":
+        if lr.algorithm == "async":
+            reads += lr.iterations * float(query_shares(scenario, np.arange(len(sizes))) @ sizes)
+        else:
+            reads += lr.iterations * float(sizes.sum())
+    if loss != "squared":
+        reads += len(record_points(lr.iterations, scenario.output.metric_points)) * float(sizes.sum())
+    return reads * dim
 
 
 @dataclass(frozen=True)

@@ -18,12 +18,13 @@ import numpy as np
 
 from dpmarket.data import Consortium
 from dpmarket.data.problem import Prepared, prepare
+from dpmarket.learning import kernels
 from dpmarket.learning.learner import AsyncLearner
 from dpmarket.learning.objective import Objective
 from dpmarket.learning.stepsize import StepSize, floor_law
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.runs.inline import train
-from dpmarket.runs.replications import batched, scheduled_run
+from dpmarket.runs.replications import batched, record_reads, scheduled_run
 from dpmarket.scenario.schema import Scenario
 from dpmarket.schedule.protocol import Training
 from dpmarket.schedule.roster import Roster
@@ -117,13 +118,14 @@ def execute(scenario: Scenario, events_path: Path | None = None,
 
             market = market_stage(scenario, prepared, progress=progress)
         members, epsilons = market.outcome.members, market.outcome.epsilon
-    if market is not None and scenario.market.mode == "dynamic":
-        from dpmarket.runs.dynamic import train_dynamic  # deferred: only a market in time needs it
+    with kernels.decided(record_reads(scenario, consortium.sizes, objective.p)):  # unless an experiment did
+        if market is not None and scenario.market.mode == "dynamic":
+            from dpmarket.runs.dynamic import train_dynamic  # deferred: only a market in time needs it
 
-        run, market = train_dynamic(scenario, prepared, market, events_path, progress)
-    else:
-        simulated = scheduled_run if batched(scenario, 1) else train  # the same results either way
-        run = simulated(scenario, consortium, objective, members, epsilons, events_path, progress)
+            run, market = train_dynamic(scenario, prepared, market, events_path, progress)
+        else:
+            simulated = scheduled_run if batched(scenario, 1) else train  # the same results either way
+            run = simulated(scenario, consortium, objective, members, epsilons, events_path, progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
                      prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market,

@@ -25,6 +25,7 @@ from dpmarket.experiment.grid import parse_axis, parse_grid, split_values
 from dpmarket.experiment.store import ExperimentDirectoryError, write_atomic
 from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
 from dpmarket.experiment.task import Task, data_key, run_task
+from dpmarket.learning import kernels
 from dpmarket.markets.forecast import calibrate
 from dpmarket.output.figures import sweep as sweep_plots
 from dpmarket.runs.run import execute
@@ -179,6 +180,27 @@ def test_every_executor_gives_byte_identical_results_figures_and_report(tmp_path
     serial, dask = published(tmp_path / "r-serial"), published(tmp_path / "r-dask")
     assert {"psi_band.png", "report.html", "metrics.csv", "replications.csv", "owners.csv"} <= set(serial)
     assert serial == dask
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
+def test_the_record_kernel_is_the_cells_whatever_the_split_into_tasks(tmp_path, monkeypatch):
+    """Under ``auto`` a cell's runs take numba from their scenario's record reads (here every clipped
+    cell's: the threshold lowered to 0), never from how many replications a task holds: the serial
+    executor (a cell per task) and two processes (cells split into tasks) give the same bytes, which
+    differ from numpy's (so the kernel did change)."""
+    from dpmarket.experiment import study
+
+    monkeypatch.setattr(kernels, "AUTO_READS_REPLICATED", 0.0)  # forked workers inherit it
+    monkeypatch.setenv(kernels.VARIABLE, "auto")
+    p = plan("replications", replications=6, privacy={"sensitivity": "clip", "clip": 2.0})
+    assert len(study.pending_tasks(p, {}, 2, True)[0]) == 2  # one cell, two tasks on two workers
+    names = ("metrics.csv", "replications.csv")
+    run_replications(p, tmp_path / "serial", Execution("serial"))
+    run_replications(p, tmp_path / "process", Execution("process", 2))
+    monkeypatch.setenv(kernels.VARIABLE, "numpy")
+    run_replications(p, tmp_path / "numpy", Execution("serial"))
+    serial, process = files(tmp_path / "serial", names), files(tmp_path / "process", names)
+    assert serial == process != files(tmp_path / "numpy", names)
 
 
 def test_dask_local_cluster_of_worker_processes(tmp_path):

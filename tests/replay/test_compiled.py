@@ -89,12 +89,15 @@ def test_kernel_across_blocks(case, monkeypatch):
 
 @pytest.mark.parametrize("case", NOT_HANDLED)
 def test_cases_it_does_not_handle_stay_numpy(case, monkeypatch):
-    """Losses answered from records, synchronous rounds and stale queries never reach the kernel."""
+    """Losses answered from records, synchronous rounds and stale queries never reach the kernel; the
+    answers from records are numba's (dpmarket.learning.compiled), within 10⁻¹² of numpy's."""
     pytest.importorskip("numba")
     numpy_cell, _ = replayed(case, "numpy", monkeypatch)
     numba_cell, ran = replayed(case, "numba", monkeypatch)
     assert ran == 0
-    assert difference(numba_cell, numpy_cell) == 0.0
+    reads_records = case in ("squared_clip", "logistic")
+    assert (0.0 < difference(numba_cell, numpy_cell) <= RELATIVE) if reads_records else \
+        difference(numba_cell, numpy_cell) == 0.0
 
 
 def wrong_step(learner, block):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
+from dpmarket.learning import kernels
 from dpmarket.privacy.cohort import build_owners, member_view
 from dpmarket.replay import kernel as replay_module
 from dpmarket.runs.inline import train
@@ -59,6 +60,14 @@ CASES = {
     "squared_clip": {"privacy": {"sensitivity": "clip", "clip": 2.0, "epsilon": 5.0}},
     "logistic": {"data": {"kind": "card_fraud"}, "model": {"loss": "logistic"}},
     "hinge": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"}},
+    "logistic_clip": {"data": {"kind": "card_fraud"}, "model": {"loss": "logistic"},
+                      "privacy": {"sensitivity": "clip", "clip": 0.8}, "learner": LONG},
+    "hinge_clip_gaussian": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"},
+                            "privacy": {"sensitivity": "clip", "clip": 0.8, "mechanism": "gaussian",
+                                        "accountant": "rdp", "delta": 1e-6}},
+    "squared_clip_gaussian_capped": {"privacy": {"sensitivity": "clip", "clip": 1.0, "mechanism": "gaussian",
+                                                 "delta": 1e-6, "split": "capped", "cap": 12},
+                                     "learner": LONG},
     "sync": {"learner": {"algorithm": "sync", "iterations": 20, "rho": 3.0}},
     "sync_capped": {"learner": {"algorithm": "sync", "iterations": 20, "rho": 3.0},
                     "privacy": {"split": "capped", "cap": 7}},
@@ -69,10 +78,17 @@ CASES = {
                            "privacy": {"sensitivity": "clip", "clip": 2.0}},
     "hinge_sync": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"},
                    "learner": {"algorithm": "sync", "iterations": 20, "rho": 3.0}},
+    "hinge_sync_clip": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"},
+                        "learner": {"algorithm": "sync", "iterations": 20, "rho": 3.0},
+                        "privacy": {"sensitivity": "clip", "clip": 0.5}},
     "request": {"network": REQUEST, "data": {"owners": 5}, "learner": LONG},
     "request_capped_logistic": {"network": REQUEST, "data": {"owners": 5, "kind": "card_fraud"},
                                 "model": {"loss": "logistic"}, "privacy": {"split": "capped", "cap": 12},
                                 "learner": LONG},
+    "request_two_channels_hinge_clip": {"network": {**REQUEST, "channels": 2}, "learner": LONG,
+                                        "data": {"owners": 5, "kind": "card_fraud"},
+                                        "model": {"loss": "hinge"},
+                                        "privacy": {"sensitivity": "clip", "clip": 0.8}},
     "request_two_channels_sensing": {"network": {**REQUEST, "channels": 2, "carrier_sense": True,
                                                  "backoff": 0.1}, "data": {"owners": 5}, "learner": LONG},
     "broadcast": {"network": BROADCAST, "data": {"owners": 5}, "learner": LONG},
@@ -168,6 +184,30 @@ def mismatches(case: str, tmp_path: Path, size: int = CHUNK) -> list[str]:
 @pytest.mark.parametrize("case", list(CASES))
 def test_replay_gives_the_inline_runs(case, tmp_path):
     assert mismatches(case, tmp_path) == []
+
+
+RECORD_CASES = [name for name, table in CASES.items()  # answers that read the owners' records
+                if table.get("model", {}).get("loss", "squared") != "squared"
+                or table.get("privacy", {}).get("sensitivity") == "clip"]
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
+@pytest.mark.parametrize("case", RECORD_CASES)
+def test_replay_gives_the_inline_runs_under_the_compiled_record_kernel(case, tmp_path, monkeypatch):
+    """DPMARKET_KERNEL=numba: the run and the replay both answer from the compiled record kernel, which
+    gives each point the bits it has alone, so they agree as under numpy (and the kernel did run)."""
+    from dpmarket.learning import compiled
+
+    calls, right = [], compiled.gradients
+
+    def counted(*args):
+        calls.append(args[4].shape[0])
+        return right(*args)
+
+    monkeypatch.setenv(kernels.VARIABLE, "numba")
+    monkeypatch.setattr(compiled, "gradients", counted)
+    assert mismatches(case, tmp_path) == []
+    assert calls and max(calls) > 1  # the replay asked an owner for several replications' points at once
 
 
 RIGHT_DRAW, RIGHT_TIMES = replay_module.Noise._draw, schedule_module.IdealSchedules._times

@@ -1,0 +1,108 @@
+"""Which kernel computes what reads every record: numpy, or numba where it is installed (extra ``fast``).
+
+The environment variable ``DPMARKET_KERNEL`` chooses, for every command and the Python API alike:
+
+- ``auto`` (the default): numba where it is installed and pays for its start-up (importing numba and
+  loading the cached kernels cost about a second per process): the replay of sufficient statistics from
+  :data:`dpmarket.replay.compiled.AUTO_UPDATES` replication-updates, and the answers and ψ that read
+  records when one run reads them (record × feature reads) at least :data:`AUTO_READS` times, or
+  :data:`AUTO_READS_REPLICATED` times for the runs of an experiment (replications, sweeps: a worker
+  runs many, and pays the start-up once); elsewhere numpy;
+- ``numpy``: never numba;
+- ``numba``: numba wherever it applies; an error (exit 2) if numba is not installed.
+
+numba's answers and numpy's are equal within 10⁻¹² relative, not bit for bit (they sum in different
+orders), so the choice is a function of the run's scenario alone — its data and its number of
+updates, never the number of replications, the executor, the workers, how the replications were
+split into tasks, or what ran before in the process — and everything the run computes from records
+(answers, ψ) follows it (:func:`decided`). Each kernel gives the same bits for a query point whether
+it is asked alone or with others (the replay's batches), so a run and the replay of its tape agree
+bit for bit under either kernel. θ*, the own-data models and f* are numpy's always.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from dpmarket.errors import KernelError
+
+VARIABLE = "DPMARKET_KERNEL"
+CHOICES = ("auto", "numpy", "numba")
+BACKENDS = ("numpy", "numba")
+# Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (0.9–1.5 s per
+# process, docs/guides/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
+# experiment share a worker's start-up, a few hundred of them at least.
+AUTO_READS = 1e10
+AUTO_READS_REPLICATED = 5e7
+
+_state = threading.local()  # the backend pinned in this thread, if any (Dask runs tasks in threads)
+
+
+def choice() -> str:
+    """The kernel ``DPMARKET_KERNEL`` asks for (``auto`` when unset), checked: an unknown name, or
+    ``numba`` where numba is not installed, is an error (no silent fallback)."""
+    value = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
+    if value not in CHOICES:
+        raise KernelError(f"environment: {VARIABLE} = {os.environ[VARIABLE]!r}: expected one of "
+                          f"{', '.join(CHOICES)}")
+    if value == "numba" and not available():
+        raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
+                          "(pip install 'dpmarket[fast]', or unset it)")
+    return value
+
+
+def available() -> bool:
+    """numba is importable (looked up, not imported)."""
+    return sys.modules.get("numba") is not None or importlib.util.find_spec("numba") is not None
+
+
+def resolve(reads: float, replicated: bool = False) -> str:
+    """The backend of a run that reads records ``reads`` times (record × feature reads of its answers
+    and ψ) under ``DPMARKET_KERNEL``: ``auto`` takes numba, where it is installed, from
+    :data:`AUTO_READS` (:data:`AUTO_READS_REPLICATED` for a run of an experiment)."""
+    value = choice()
+    if value != "auto":
+        return value
+    threshold = AUTO_READS_REPLICATED if replicated else AUTO_READS
+    return "numba" if reads >= threshold and available() else "numpy"
+
+
+def backend() -> str:
+    """The backend of the answers and ψ computed now: the one pinned in this thread, else numba only
+    when ``DPMARKET_KERNEL=numba`` (``auto`` is decided for each run, from its workload)."""
+    pinned_now = getattr(_state, "backend", None)
+    if pinned_now is not None:
+        return pinned_now
+    return "numba" if choice() == "numba" else "numpy"
+
+
+def is_pinned() -> bool:
+    """Whether a command has decided the backend in this thread."""
+    return getattr(_state, "backend", None) is not None
+
+
+@contextmanager
+def pinned(name: str | None) -> Iterator[None]:
+    """Compute every answer and ψ in this thread with backend ``name`` ("numpy" or "numba") inside the
+    block; None keeps what is pinned already (or nothing). The previous state comes back on exit."""
+    if name is not None and name not in BACKENDS:
+        raise ValueError(f"unknown backend {name!r}; expected one of {BACKENDS}")
+    before = getattr(_state, "backend", None)
+    _state.backend = before if name is None else name
+    try:
+        yield
+    finally:
+        _state.backend = before
+
+
+@contextmanager
+def decided(reads: float, replicated: bool = False) -> Iterator[None]:
+    """Pin the backend :func:`resolve` gives a run of ``reads``, unless one is pinned already (a task of
+    an experiment decides for its runs; a run inside it does not decide again)."""
+    with pinned(None if is_pinned() else resolve(reads, replicated)):
+        yield

@@ -1,0 +1,157 @@
+"""Answers and loss sums that read every record: the owners' gradients at many query points at once.
+
+An answer of a margin loss is (1/n) Σ_j ℓ'(θᵀz_j; y_j) z_j, each ℓ'_j clipped to ±limit_j when the owner
+clips (limit_j = Ξ(1 − 10⁻¹²)/‖z_j‖, :func:`clip_limits`, so that every clipped per-example gradient
+stays within Ξ in floating point); f's data term is Σ_j ℓ(θᵀz_j; y_j). Both read the records
+feature-major (``ZT``, p × n: an owner keeps its records so, see :class:`OwnerData`) at m points θ at once.
+
+Two kernels compute them (:mod:`dpmarket.learning.kernels` chooses): numpy — two matrix-vector
+products per point (the same BLAS call per point whatever m, so a point's answer does not depend on the
+others asked with it) and the loss's elementwise operations on (m, n) blocks; and numba
+(:mod:`dpmarket.learning.compiled`) — one sweep over the records per tile, no n × p temporary. They
+agree within 10⁻¹² relative (tested), not bit for bit.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from dpmarket.learning import kernels
+
+LOSS_CODES = {"squared": 0, "logistic": 1, "hinge": 2}  # as dpmarket.learning.compiled numbers them
+GROUP_VALUES = 1 << 20  # record-by-point values the numpy kernel holds at once (8 MiB a buffer)
+CLIP_MARGIN = 1e-12  # relative: what clipping gives up so that rounding never ends above the bound
+
+
+def clip_limits(bound: float, row_norm: np.ndarray) -> np.ndarray:
+    """limit_j = bound(1 − 10⁻¹²)/‖z_j‖: |ℓ'_j| ≤ limit_j keeps the rounded norm of the clipped gradient
+    (p products and a sum) within ``bound``; a record with z = 0 (or subnormal) has no limit (inf)."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return (bound * (1.0 - CLIP_MARGIN)) / row_norm
+
+
+def gradients(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray,
+              limit: np.ndarray | None = None) -> np.ndarray:
+    """(m, p): row q is (1/n) Σ_j ℓ'(θ_qᵀz_j; y_j) z_j, each ℓ'_j clipped to ±limit_j if ``limit``."""
+    thetas = np.ascontiguousarray(thetas, dtype=float)
+    out = np.empty_like(thetas)
+    if kernels.backend() == "numba":
+        from dpmarket.learning import compiled  # deferred: imports numba
+
+        clip = limit is not None
+        compiled.gradients(ZT, y, limit if clip else _NO_LIMIT, clip, thetas, LOSS_CODES[loss], out)
+        return out
+    n = len(y)
+    step = max(1, GROUP_VALUES // max(1, n))
+    for start in range(0, len(thetas), step):
+        part = thetas[start:start + step]
+        d = _derivative(loss, _margins(ZT, part), y)
+        if limit is not None:
+            lower = np.negative(limit, out=_buffer("lower", n))
+            np.maximum(d, lower, out=d)
+            np.minimum(d, limit, out=d)
+        out[start:start + step] = np.matmul(ZT, d[:, :, None])[:, :, 0] / n
+    return out
+
+
+def sums(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray) -> np.ndarray:
+    """(m,): Σ_j ℓ(θ_qᵀz_j; y_j) for each row θ_q of ``thetas``."""
+    thetas = np.ascontiguousarray(thetas, dtype=float)
+    out = np.empty(len(thetas))
+    if kernels.backend() == "numba":
+        from dpmarket.learning import compiled  # deferred: imports numba
+
+        compiled.sums(ZT, y, thetas, LOSS_CODES[loss], out)
+        return out
+    step = max(1, GROUP_VALUES // max(1, len(y)))
+    for start in range(0, len(thetas), step):
+        values = _values(loss, _margins(ZT, thetas[start:start + step]), y)
+        out[start:start + step] = [row.sum() for row in values]  # each row alone: bits as if asked alone
+    return out
+
+
+_NO_LIMIT = np.zeros(0)
+_scratch = threading.local()  # per thread: Dask may run tasks in threads
+
+
+def _buffer(name: str, size: int, dtype=float) -> np.ndarray:
+    """A scratch array of ``size`` elements kept per thread and reused: numpy's temporaries from 128 KiB
+    up are fresh pages from the system at every call (about 0.3 µs a page), which cost more than the
+    arithmetic on them (20,000 records: 0.15 ms of the 0.2 ms a logistic answer took)."""
+    pool = getattr(_scratch, "pool", None)
+    if pool is None:
+        pool = _scratch.pool = {}
+    buf = pool.get(name)
+    if buf is None or buf.size < size:
+        buf = pool[name] = np.empty(size, dtype=dtype)
+    return buf[:size]
+
+
+_NEGATED: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(y) → (y, −y) of the owners answering lately
+NEGATED_VALUES = 1 << 22  # labels kept negated at most (32 MiB), then forgotten together
+
+
+def _negated(y: np.ndarray) -> np.ndarray:
+    """−y, kept for the labels of the owners answering lately (an owner answers many times)."""
+    found = _NEGATED.get(id(y))
+    if found is None or found[0] is not y:
+        if sum(len(v[1]) for v in _NEGATED.values()) + len(y) > NEGATED_VALUES:
+            _NEGATED.clear()
+        found = _NEGATED[id(y)] = (y, np.negative(y))
+    return found[1]
+
+
+def _margins(ZT: np.ndarray, thetas: np.ndarray) -> np.ndarray:
+    """(m, n): θ_qᵀz_j, one matrix-vector product per point (the same BLAS call whatever m)."""
+    m, n = len(thetas), ZT.shape[1]
+    out = _buffer("margins", m * n).reshape(m, 1, n)
+    return np.matmul(thetas[:, None, :], ZT, out=out)[:, 0, :]
+
+
+def _derivative(loss: str, u: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ℓ'(u; y) elementwise, in place of ``u`` (the compiled kernel's formulas)."""
+    if loss == "squared":
+        np.subtract(y, u, out=u)
+        u *= -2.0
+        return u
+    neg_y = _negated(y)
+    mask = _buffer("mask", u.size, bool).reshape(u.shape)
+    if loss == "hinge":  # −y where y u < 1, else 0 (its sign aside: a ±0 term adds nothing)
+        np.multiply(u, y, out=u)
+        np.less(u, 1.0, out=mask)
+        return np.multiply(mask, neg_y, out=u)
+    # logistic, y ∈ {−1, 1} or any: −y σ(t) at t = −y u, σ(t) = 1/(1 + e^−t) as (1 or e)/(1 + e), e = e^−|t|
+    u *= neg_y
+    e = _buffer("exp", u.size).reshape(u.shape)
+    np.abs(u, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.greater_equal(u, 0.0, out=mask)
+    top = np.maximum(e, mask, out=u)  # 1 where t ≥ 0 (e ≤ 1), else e
+    e += 1.0
+    np.divide(top, e, out=top)
+    top *= neg_y
+    return top
+
+
+def _values(loss: str, u: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ℓ(u; y) elementwise, in place of ``u`` (the compiled kernel's formulas)."""
+    if loss == "squared":
+        np.subtract(y, u, out=u)
+        return np.square(u, out=u)
+    if loss == "hinge":
+        np.multiply(u, y, out=u)
+        np.subtract(1.0, u, out=u)
+        return np.maximum(u, 0.0, out=u)
+    # logistic: log(1 + e^t) at t = −y u, as max(t, 0) + log1p(e^−|t|)
+    u *= _negated(y)
+    e = _buffer("exp", u.size).reshape(u.shape)
+    np.abs(u, out=e)
+    np.negative(e, out=e)
+    np.exp(e, out=e)
+    np.log1p(e, out=e)
+    np.maximum(u, 0.0, out=u)
+    u += e
+    return u
