@@ -8,8 +8,8 @@ Squared loss is served from per-owner sufficient statistics (``ZᵀZ``, ``Zᵀy`
 gradient query or an evaluation of f costs O(p²) whatever the owners' sizes. Logistic and hinge
 losses, and clipped answers, read the records, one pass of O(n_i p) per query
 (:mod:`dpmarket.learning.records`). θ* and the own-data models: the exact ridge solve for squared
-loss, projected Newton for the logistic (:mod:`dpmarket.learning.newton`), and for the hinge, not
-smooth, Huber smoothings of decreasing width by L-BFGS-B, certified by a duality gap.
+loss, projected Newton for the logistic and the hinge (:mod:`dpmarket.learning.newton`; the hinge
+through Huber smoothings, then exactly, certified by a duality gap).
 """
 
 from __future__ import annotations
@@ -316,10 +316,10 @@ class Objective:
         if self.loss.name == "squared":
             return _ridge_box(self, owners)
         with one_blas_thread():
-            if self.loss.name == "hinge":
-                return _hinge_box(self, owners, on_iteration)
             idx = range(len(self.owners)) if owners is None else owners
             blocks = [(self.owners[i].columns, self.owners[i].records()[1]) for i in idx]
+            if self.loss.name == "hinge":
+                return newton.solve_hinge(blocks, self.lam, self.theta_max, HINGE_WIDTHS, on_iteration)
             problem = newton.Problem(self.loss.name, blocks, self.lam)
             return newton.projected_newton(problem, self.theta_max, None, on_iteration)
 
@@ -404,23 +404,7 @@ def one_blas_thread():
     return threadpool_limits(1, user_api="blas")
 
 
-def _smooth_box(obj: Objective, owners: list[int] | None, x0: np.ndarray | None = None,
-                loss_fn=None, on_iteration: Callable[[], object] | None = None) -> np.ndarray:
-    """Minimise a smooth objective over the box with L-BFGS-B (scipy), to tight tolerances."""
-    from scipy import optimize  # deferred: slow to import, needed only here
-
-    def fun(theta):
-        return obj.value(theta, owners), obj.gradient(theta, owners)
-
-    start = np.zeros(obj.p) if x0 is None else x0
-    bounds = [(-obj.theta_max, obj.theta_max)] * obj.p
-    res = optimize.minimize(fun if loss_fn is None else loss_fn, start, jac=True,
-                            method="L-BFGS-B", bounds=bounds,
-                            callback=None if on_iteration is None else (lambda *_: on_iteration()),
-                            options={"maxiter": 10_000, "ftol": 1e-15, "gtol": 1e-12})
-    return res.x
-
-
+# The hinge's θ* is exact (newton.solve_hinge), found through its Huber smoothings of these widths.
 HINGE_WIDTHS = (1e-2, 1e-4, 1e-6)
 
 
@@ -433,36 +417,26 @@ def _stacked(obj: Objective, owners: list[int] | None) -> tuple[np.ndarray, int]
     return np.ascontiguousarray(y[:, None] * Z), len(y)
 
 
-def _hinge_box(obj: Objective, owners: list[int] | None,
-               on_iteration: Callable[[], object] | None = None) -> np.ndarray:
-    """Hinge optimum over the box by smoothing continuation, certified by a duality gap.
-
-    The hinge max(0, m) of the margin deficit m = 1 − y zᵀθ is replaced by its Huber smoothing
-    of width h (within h/2 of it everywhere), minimised with L-BFGS-B for each h in
-    HINGE_WIDTHS, warm-started from the last; :func:`hinge_duality_gap` bounds what is left.
-    """
-    YZ, n = _stacked(obj, owners)
-    lam, theta = obj.lam, np.zeros(obj.p)
-    for h in HINGE_WIDTHS:
-        def fun(t: np.ndarray, h: float = h) -> tuple[float, np.ndarray]:
-            m = 1.0 - YZ @ t
-            d = np.clip(m / h, 0.0, 1.0)  # derivative of the smoothed hinge in m
-            value = np.where(m > h, m - h / 2, 0.5 * m * d)
-            return lam * t @ t + value.sum() / n, 2 * lam * t - (d @ YZ) / n
-        theta = _smooth_box(obj, owners, x0=theta, loss_fn=fun, on_iteration=on_iteration)
-    return theta
-
-
 def hinge_duality_gap(obj: Objective, theta: np.ndarray, owners: list[int] | None = None,
                       width: float = HINGE_WIDTHS[-1]) -> float:
     """An upper bound on f(θ) − f(θ*) for the box-constrained hinge problem.
 
     Lagrangian dual with multipliers α_j ∈ [0, 1/n] on the margins: for v = Σ α_j y_j z_j,
     D(α) = Σ α_j + Σ_coords min_{|t|≤θmax} (λt² − v t) ≤ f(θ*) for any such α. α is the
-    derivative of the smoothed hinge at θ (width ``width``), the smoothed problem's own dual.
+    derivative of the smoothed hinge at θ (width ``width``), the smoothed problem's own dual, except
+    on the records within ``width`` of the margin, whose α (in [0, 1/n]) best balances 2λθ = v on the
+    free coordinates (least squares): the exact optimum's own multipliers, when θ is it.
     """
     YZ, n = _stacked(obj, owners)
-    alpha = np.clip((1.0 - YZ @ theta) / width, 0.0, 1.0) / n
+    m = 1.0 - YZ @ theta
+    alpha = np.clip(m / width, 0.0, 1.0) / n
+    near = np.flatnonzero(np.abs(m) <= width)
+    free = np.abs(theta) < obj.theta_max
+    if len(near) and free.any():
+        others = np.delete(np.arange(len(m)), near)
+        rest = alpha[others] @ YZ[others]
+        fit = np.linalg.lstsq(YZ[near][:, free].T, (2 * obj.lam * theta - rest)[free], rcond=None)[0]
+        alpha[near] = np.clip(fit, 0.0, 1.0 / n)
     v = alpha @ YZ
     t = np.clip(v / (2 * obj.lam), -obj.theta_max, obj.theta_max)
     dual = alpha.sum() + float(np.sum(obj.lam * t * t - v * t))
