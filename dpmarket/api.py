@@ -376,7 +376,7 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     """``dpmarket market``: every policy settled on the same owners and forecast, each trained on the
     same ``replications`` seeds (the scenario's own seed for one); ``properties`` adds the property
     table (``market --properties``: individual rationality, truthfulness, budget, welfare, fairness,
-    replication robustness; docs/guides/mechanism-lab.md)."""
+    replication robustness; docs/how-to/mechanism-lab.md)."""
     import pandas as pd
 
     from dpmarket.experiment import compare

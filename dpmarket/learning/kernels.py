@@ -35,7 +35,7 @@ VARIABLE = "DPMARKET_KERNEL"
 CHOICES = ("auto", "numpy", "numba")
 BACKENDS = ("numpy", "numba")
 # Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (0.9–1.5 s per
-# process, docs/guides/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
+# process, docs/how-to/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
 # experiment share a worker's start-up, a few hundred of them at least.
 AUTO_READS = 1e10
 AUTO_READS_REPLICATED = 5e7

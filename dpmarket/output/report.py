@@ -492,7 +492,7 @@ def _property_blocks(properties: dict, owners_per_policy: int) -> list[Block]:
              + "). Fairness: Shapley values of the learner's value over each policy's participants at "
              "the ε they sold, and the correlation of payments with them. Replication: an owner's gain "
              "from splitting its records into k = 2, 4 fake owners. Definitions: "
-             "docs/guides/mechanism-lab.md."),
+             "docs/how-to/mechanism-lab.md."),
         Table("properties.csv: one row per policy", properties["rows"], max_rows=len(properties["rows"])),
         *_figure_blocks(properties["figures"]),
         Table(f"owner_properties.csv, owners below {owners_per_policy} under each policy "
