@@ -139,3 +139,18 @@ def saved_replications(directory: Path) -> dict[tuple[int, int], dict]:
         for record in document.get("records", [document]):
             found[record["cell"], record["replication"]] = record
     return found
+
+
+def answers_outside_membership(rows) -> list[str]:
+    """The ``response`` rows of a market in time whose owner was not taking part at that instant,
+    by its own ``join`` and ``leave`` rows (events.csv rows as dicts, in the log's order: a row
+    logged after a leave at the same time comes after it). An answer outside the market would be
+    paid and charged for an owner that had left (issue 24)."""
+    member: dict[str, bool] = {}
+    found = []
+    for r in rows:
+        if r["kind"] in ("join", "leave"):
+            member[r["owner"]] = r["kind"] == "join"
+        elif r["kind"] == "response" and not member.get(r["owner"], False):
+            found.append(f"owner {r['owner']} answered at t = {r['time']} outside the market")
+    return found

@@ -159,6 +159,10 @@ class DynamicMarket:
         self._close_if_stuck()
 
     # -- hooks of the simulation -------------------------------------------------------------
+    def member(self, j: int) -> bool:
+        """Whether owner j takes part now (joined and not left since): only a member answers."""
+        return self.book.state[j] == IN
+
     def takes_part(self, j: int) -> bool:
         """Whether owner j may answer now (called at its tick). An owner whose budget is spent is
         let through once more, so that the simulation logs its refusal and retires it."""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import tiny
+from helpers import answers_outside_membership, tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +17,7 @@ from dpmarket.errors import MarketError
 from dpmarket.markets.costs import Cost
 from dpmarket.output.summary import owner_rows
 from dpmarket.output.timeseries import market_series
+from dpmarket.runs.dynamic import NOT_A_MEMBER
 from dpmarket.runs.replications import batched, replayable
 from dpmarket.runs.run import execute
 
@@ -42,10 +43,14 @@ def scenario(network=None, owners=None, privacy=None, seed=3, iterations=60, **m
 
 
 def run(s, path: Path):
-    """Run ``s``, events to ``path``; the result and the rows of events.csv."""
+    """Run ``s``, events to ``path``; the result and the rows of events.csv. Every answer of a market
+    in time is checked to come from an owner taking part at that instant."""
     result = execute(s, path)
     with open(path, newline="") as f:
-        return result, list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    if s.market is not None and s.market.mode == "dynamic":
+        assert answers_outside_membership(rows) == []
+    return result, rows
 
 
 def schedule(rows):
@@ -203,6 +208,34 @@ def test_the_check_finds_an_owner_paid_too_little(tmp_path):
     assert violations(rows, overspent)
 
 
+# --- only members answer ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("network, payment", [
+    (REQUEST, "on_compute"), (REQUEST, "on_delivery"),
+    ({"mode": "broadcast", "transmission_time": 0.01, "latency": 0.005, "broadcast_interval": 0.2},
+     "on_compute"),
+])
+def test_every_answer_comes_from_an_owner_taking_part_at_that_instant(tmp_path, network, payment):
+    """Issue 24: a query arrives a round trip after its owner asked (or at the next broadcast slot);
+    a repricing in between could make the owner leave, and it answered anyway (paid and charged
+    outside the market: 5 or 6 answers in each of these runs). Progress runs repricing every time
+    unit, hundreds of leaves: every answer is a member's (run() checks each), and an owner that left
+    before its query came declines it (a refusal row)."""
+    owners = [{"cost_coef": c} for c in (0.1, 0.2, 0.3, 0.4, 0.1)]
+    s = scenario(network, owners, mode="dynamic", rule="progress", period=1.0, iterations=1500,
+                 payment=payment, privacy={"split": "capped"})
+    _, rows = run(s, tmp_path / "e.csv")
+    assert sum(r["kind"] == "leave" for r in rows) > 100 and sum(r["kind"] == "response" for r in rows) > 1000
+    declined = [r for r in rows if r["detail"] == NOT_A_MEMBER]
+    assert declined and all(r["kind"] == "refusal" for r in declined)
+    # the check itself: a response moved after its owner's leave is found
+    leave = next(i for i, r in enumerate(rows) if r["kind"] == "leave")
+    who = rows[leave]["owner"]
+    moved = rows[:leave + 1] + [{**rows[leave], "kind": "response"}] + rows[leave + 1:]
+    assert answers_outside_membership(moved) == [f"owner {who} answered at t = {rows[leave]['time']} "
+                                                 "outside the market"]
+
+
 # --- determinism, arrivals, the adaptive rule ------------------------------------------------------
 
 def test_market_events_are_deterministic_per_seed(tmp_path):
@@ -241,6 +274,8 @@ def test_market_series_reads_price_participants_and_spend(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(s.to_toml())
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    with open(out / "events.csv", newline="") as f:
+        assert answers_outside_membership(csv.DictReader(f)) == []
     series = market_series(out)
     summary_paid = sum(r["payment"] for r in csv_rows(out / "owners.csv", float))
     assert series.spend[-1] == pytest.approx(summary_paid, rel=1e-12)
