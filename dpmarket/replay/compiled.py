@@ -21,6 +21,12 @@ compute gemv alike (the OpenBLAS of the numpy and scipy wheels do; tests require
 numba compiles the kernel at its first call and keeps it in its cache (``cache=True``: beside this
 file, else the user's cache directory; ``NUMBA_CACHE_DIR`` overrides), so later processes load it.
 Nothing is imported or compiled at import time.
+
+A numba that is installed but broken (its import fails, or compiling fails: an llvmlite that does
+not match, a numpy too new for it) is found out before the loop runs — it is compiled for the
+block's argument types first, and a failure there has changed nothing. Under ``numba`` that is an
+error (one line, as a missing numba); under ``auto`` one warning, and the numpy replay runs instead,
+with the same numbers.
 """
 
 from __future__ import annotations
@@ -31,30 +37,36 @@ import sys
 
 import numpy as np
 
-from dpmarket.errors import KernelError
+from dpmarket.errors import KernelError, one_line, warn
 
 VARIABLE = "DPMARKET_KERNEL"
 CHOICES = ("auto", "numpy", "numba")
 AUTO_UPDATES = 2_000_000  # replication-updates from which auto imports numba (break-even ~1.4 M)
 
-_kernel = None  # the compiled loop, made at the first call
+_kernel = None  # the jitted loop, made at the first call
+_broken: str | None = None  # why numba cannot be used in this process (its import or a compile failed)
+_warned = False  # auto's fall-back is said once per process
 
 
 def choice() -> str:
     """The kernel ``DPMARKET_KERNEL`` asks for (``auto`` when unset), checked: an unknown name, or
-    ``numba`` where numba is not installed, is an error (no silent fallback)."""
+    ``numba`` where numba is not installed or does not import, is an error (no silent fallback)."""
     value = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise KernelError(f"environment: {VARIABLE} = {os.environ[VARIABLE]!r}: expected one of "
                           f"{', '.join(CHOICES)}")
-    if value == "numba" and not available():
-        raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
-                          "(pip install 'dpmarket[fast]', or unset it)")
+    if value == "numba":
+        if not available():
+            raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
+                              "(pip install 'dpmarket[fast]', or unset it)")
+        _import()  # asked for by name: a numba that is found but does not import is refused now
+        if _broken is not None:
+            raise _unusable_error()
     return value
 
 
 def available() -> bool:
-    """numba is importable (looked up, not imported)."""
+    """numba is installed (looked up, not imported: a broken one is found out when it is used)."""
     return sys.modules.get("numba") is not None or importlib.util.find_spec("numba") is not None
 
 
@@ -63,25 +75,82 @@ def wanted(updates: int) -> bool:
     value = choice()
     if value != "auto":
         return value == "numba"
-    return updates >= AUTO_UPDATES and available()
+    return updates >= AUTO_UPDATES and available() and _broken is None
+
+
+def broken() -> bool:
+    """Whether numba turned out unusable in this process (then every block replays with numpy)."""
+    return _broken is not None
+
+
+def _import():
+    """The jitted loop (numba imported on first use), or None with :data:`_broken` saying why."""
+    global _kernel, _broken
+    if _kernel is None and _broken is None:
+        try:
+            import numba  # the optional extra, imported at the first compiled block only
+
+            _kernel = numba.njit(cache=True)(_async_loop)
+        except Exception as exc:  # found but broken: its import, or its llvmlite, fails
+            _broken = _reason(exc)
+    return _kernel
+
+
+def _compiled(args: tuple):
+    """The jitted loop compiled for ``args``' types (or loaded from numba's cache) without running
+    it; None when numba cannot (``auto``: one warning, the caller replays with numpy)."""
+    global _broken
+    kernel = _import()
+    if kernel is not None:
+        try:
+            kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+            return kernel
+        except Exception as exc:  # a compile failure: nothing has run yet
+            _broken = _reason(exc)
+    if choice() == "numba":
+        raise _unusable_error()
+    _fall_back()
+    return None
+
+
+def _reason(exc: Exception) -> str:
+    """The first line of what went wrong, with the exception's type."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _unusable_error() -> KernelError:
+    return KernelError(one_line(f"environment: {VARIABLE} = 'numba': numba is installed but cannot be used "
+                                f"({_broken}); repair it (pip install -U 'dpmarket[fast]'), or unset "
+                                f"{VARIABLE}"))
+
+
+def _fall_back() -> None:
+    """Under ``auto``: say once that numba is broken and the numpy replay runs instead."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warn(f"numba is installed but cannot be used ({_broken}); the numpy replay runs instead, with the "
+             f"same results (set {VARIABLE}=numpy to skip numba)")
 
 
 def async_block(theta_L: np.ndarray, copies: np.ndarray, counts: np.ndarray, k: int, stats: tuple,
-                learner: tuple, block: tuple, models: np.ndarray) -> None:
+                learner: tuple, block: tuple, models: np.ndarray) -> bool:
     """Updates k+1… of R asynchronous replications, in place: ``theta_L`` (R, p), ``copies``
     (R·N, p, row r·N + i), ``counts`` (R, N). ``stats``: the owners' A (N, p, p), b (N, p), 2/n_i
     (N,), shares n_i/n (N,). ``learner``: λ, the owners' and θ_L's steps, θmax, inverse-frequency
     weighting (bool). ``block``: slots (B, R), each tape's length in the block (R,), the noise pool
     (M, p), each answer's row in it and its scale (B, R), and per step the row of ``models`` that
-    keeps θ_L after it (−1: none)."""
-    global _kernel
-    if _kernel is None:
-        import numba  # the optional extra, imported at the first compiled block only
-
-        _kernel = numba.njit(cache=True)(_async_loop)
+    keeps θ_L after it (−1: none). Returns False, having changed nothing, when numba cannot compile
+    it under ``auto`` (the caller then replays the block with numpy)."""
     lam, step_owner, step_central, theta_max, inverse = learner
-    _kernel(theta_L, copies, counts, np.int64(k), *stats, float(lam), float(step_owner), float(step_central),
+    args = (theta_L, copies, counts, np.int64(k), *stats, float(lam), float(step_owner), float(step_central),
             float(theta_max), bool(inverse), *block, models)
+    kernel = _compiled(args)
+    if kernel is None:
+        return False
+    kernel(*args)
+    return True
 
 
 def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner, step_central,
