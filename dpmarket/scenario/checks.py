@@ -180,6 +180,9 @@ def _check_dynamic(s: Scenario, fail) -> None:
     if m.mode == "static":
         for key, unused in DYNAMIC_KEYS.items():
             if getattr(m, key) != unused:
+                if "mode" in m.model_fields_set:  # static in so many words: a dynamic file switched back
+                    fail("market.mode", m.mode, f"market.{key} = {getattr(m, key)!r} is set, which only a "
+                         "market in time uses: remove it, or keep market.mode = 'dynamic'")
                 fail(f"market.{key}", getattr(m, key), "only used with market.mode = 'dynamic'")
         return
     if m.policy not in POSTED:

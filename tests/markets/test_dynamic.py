@@ -324,6 +324,20 @@ def test_bad_dynamic_settings_are_one_line_exit_2_nothing_written(tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
+def test_switching_a_dynamic_scenario_back_to_static_names_market_mode(tmp_path, capsys):
+    """The file's pool and arrival rate are the market in time's; the key the user just changed is
+    market.mode, and the message names it (it named market.arrival_rate, which the user never touched)."""
+    path = tmp_path / "s.toml"
+    path.write_text(scenario(REQUEST, WILLING + [{}], mode="dynamic", pool=1, arrival_rate=0.5).to_toml())
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--set", "market.mode='static'"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (": market.mode = 'static': market.arrival_rate = 0.5 is set, which only a market in time uses: "
+            "remove it, or keep market.mode = 'dynamic'") in err
+    assert not out.exists()
+
+
 def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monkeypatch):
     """Table data without a hold-out: nothing public measures the model, so the progress rule is refused."""
     from tests.data.test_table import market_scenario
