@@ -170,7 +170,7 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
     if view.network.mode == "ideal":
         env = simpy.Environment()
         done = env.event()
-        market.start(env, _stopper(done), lambda: training.learner.model, arrivals)
+        market.start(env, _stopper(done), lambda: training.learner.model, arrivals, lambda: training.k)
         selection, clocks = streams.stream(view.seed, "selection"), streams.stream(view.seed, "clocks")
         env.process(ideal_clocks(env, training, view.learner.iterations, selection, clocks,
                                  ideal_rates(view, len(names)), market.takes_part, done))
@@ -180,7 +180,8 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
         return None
     engine = Engine(build_network(view, len(training.owners)), training, names)
     engine.takes_part = market.takes_part
-    market.start(engine.env, _stopper(engine.done), lambda: training.learner.model, arrivals)
+    market.start(engine.env, _stopper(engine.done), lambda: training.learner.model, arrivals,
+                 lambda: training.k)
     reason = engine.run()
     training.finish()
     downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])

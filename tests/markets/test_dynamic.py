@@ -4,6 +4,7 @@ bad inputs."""
 from __future__ import annotations
 
 import csv
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from dpmarket.cli import main
 from dpmarket.errors import MarketError
 from dpmarket.markets.costs import Cost
+from dpmarket.markets.dynamic import DynamicMarket
 from dpmarket.output.summary import owner_rows
 from dpmarket.output.timeseries import market_series
 from dpmarket.runs.dynamic import NOT_A_MEMBER
@@ -234,6 +236,60 @@ def test_every_answer_comes_from_an_owner_taking_part_at_that_instant(tmp_path, 
     moved = rows[:leave + 1] + [{**rows[leave], "kind": "response"}] + rows[leave + 1:]
     assert answers_outside_membership(moved) == [f"owner {who} answered at t = {rows[leave]['time']} "
                                                  "outside the market"]
+
+
+# --- a market in time that stalls ------------------------------------------------------------------
+
+def test_a_market_whose_owners_all_went_offline_stops_after_its_stall_rule(tmp_path):
+    """Every owner offline from t = 5 until 10⁹, no horizon: the engine sleeps, but the progress rule
+    repriced every period for ever. It stops after STALL_REPRICINGS repricings without an update."""
+    from dpmarket.markets.dynamic import STALL_REPRICINGS
+
+    network = {**REQUEST, "outages": [{"start": 5.0, "end": 1e9}]}
+    s = scenario(network, WILLING, mode="dynamic", rule="progress", period=1.0, iterations=10**6)
+    result, rows = run(s, tmp_path / "e.csv")
+    assert result.stop_reason == f"stalled: {STALL_REPRICINGS:,} repricings without an update"
+    last_update = max(float(r["time"]) for r in rows if r["kind"] == "update")
+    prices = [float(r["time"]) for r in rows if r["kind"] == "price"]
+    assert last_update < 6.0 and len(prices) <= STALL_REPRICINGS + 10
+    assert max(prices) == pytest.approx(STALL_REPRICINGS + int(last_update), abs=2.0)
+
+
+def test_the_progress_rule_measures_the_model_only_when_it_changed(tmp_path, monkeypatch):
+    """The same model has the same ψ: a period without an update reuses the last measurement (the
+    events are those of measuring every period: the same bytes)."""
+    from dpmarket.runs import dynamic as dynamic_run
+
+    calls = []
+    real = dynamic_run.public_quality
+
+    def counted(*args):
+        quality = real(*args)
+        return lambda theta: calls.append(1) or quality(theta)
+
+    s = scenario(REQUEST, WILLING, mode="dynamic", rule="progress", period=0.01, iterations=100, value=1.0)
+    with monkeypatch.context() as always:  # the reference measures at every period
+        start, ticks = DynamicMarket.start, itertools.count()
+        always.setattr(DynamicMarket, "start", lambda self, *a: start(self, *a[:4], lambda: next(ticks)))
+        execute(s, tmp_path / "always.csv")
+    monkeypatch.setattr(dynamic_run, "public_quality", counted)
+    _, rows = run(s, tmp_path / "e.csv")
+    repricings = sum(r["kind"] == "price" for r in rows) - 1
+    assert len(calls) <= 1 + 100 < repricings  # the opening, then at most once per update
+    assert (tmp_path / "e.csv").read_bytes() == (tmp_path / "always.csv").read_bytes()
+
+
+def test_a_period_no_network_can_follow_is_refused(tmp_path, capsys):
+    """market.period = 1e-9 never ended: a billion repricings per exchange."""
+    path = tmp_path / "s.toml"
+    path.write_text(scenario().to_toml())
+    args = ["run", str(path), "--out", str(tmp_path / "out"), "--set", "market.mode='dynamic'", "--set",
+            "market.rule='progress'", "--set", "market.period=1e-9"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "market.period = 1e-09: reprices more than 1,000 times per exchange" in err
+    assert not (tmp_path / "out").exists()
 
 
 # --- determinism, arrivals, the adaptive rule ------------------------------------------------------
