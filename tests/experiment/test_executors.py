@@ -142,3 +142,41 @@ def test_a_signal_while_waiting_for_a_scheduler_ends_the_command(tiny_file, tmp_
     assert proc.returncode == status
     assert err.strip() == "dpmarket: interrupted; nothing was written"
     assert not (tmp_path / "out").exists()
+
+
+# --- an interrupt while waiting for results ---------------------------------------------------------
+
+def test_an_interrupt_inside_wait_leaves_no_futures_lock_held(monkeypatch):
+    """concurrent.futures.wait takes the pending futures' locks one by one, in Python; a Ctrl-C landing
+    half way left the rest held, and the pool's manager thread then blocked for ever on the next result:
+    the sweep never ended after Ctrl-C or SIGTERM (seen as a hung test under load). The signal is sent
+    here exactly there; it must still end the drain, with every lock free."""
+    import threading
+    from concurrent.futures import Future, _base
+
+    futures = [Future() for _ in range(40)]  # never complete: only the interrupt ends the drain
+    real_enter, main = _base._AcquireFutures.__enter__, threading.get_ident()
+
+    def enter(self):
+        for k, future in enumerate(self.futures):
+            future._condition.acquire()
+            if k == len(self.futures) // 2:
+                signal.pthread_kill(main, signal.SIGINT)  # handled at once, in this very loop
+
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", enter)
+    with pytest.raises(KeyboardInterrupt):
+        executors._drain({f: object() for f in futures}, lambda task, records: None)
+    monkeypatch.setattr(_base._AcquireFutures, "__enter__", real_enter)
+    free: list[bool] = []  # tried from another thread, as the pool's manager would (the locks are RLocks)
+
+    def probe() -> None:
+        for future in futures:
+            free.append(future._condition.acquire(blocking=False))
+            if free[-1]:
+                future._condition.release()
+
+    checker = threading.Thread(target=probe)
+    checker.start()
+    checker.join()
+    held = free.count(False)
+    assert held == 0, f"{held} of 40 futures' locks left held"
