@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, tiny_toml, wait_for
+from helpers import ROOT, frozen, tiny_toml, wait_for
 
 from dpmarket.cli import main
 from dpmarket.errors import RunDirectoryError
@@ -33,6 +33,7 @@ TINY = tiny_toml()
 # could find the sweep finished.
 MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, 301)), "--replications", "32",
         "--quiet")
+PATIENCE = 600  # seconds a signal test waits for what it waits for: patience under load, never a pace
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
 
@@ -40,6 +41,12 @@ INTERRUPTED = "dpmarket: interrupted; nothing was written"
 def slow(plots: bool = False) -> str:
     """TINY with 3000 records an owner and 200000 iterations: still running when it is stopped."""
     return tiny_toml(data={"records": 3000}, learner={"iterations": 200000}, output={"plots": plots})
+
+
+def endless(plots: bool = False) -> str:
+    """TINY with 10⁹ iterations (memory bounded whatever T): a run that cannot end before any signal,
+    however fast the machine."""
+    return tiny_toml(data={"records": 3000}, learner={"iterations": 10**9}, output={"plots": plots})
 
 
 def write(tmp_path: Path, text: str = TINY, name: str = "s.toml") -> Path:
@@ -55,7 +62,7 @@ def start(*args: str, **options) -> subprocess.Popen:
 
 def cli(*args: str, **options) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dpmarket", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=120, **options)
+                          capture_output=True, text=True, timeout=PATIENCE, **options)
 
 
 def hidden(directory: Path) -> list[str]:
@@ -245,15 +252,19 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
 @pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, sig, status):
     """Sent to the whole process group, as a terminal (Ctrl-C) or a batch system does: the figure
-    painter prints no traceback of its own; no staging directory, lock or run directory stays."""
-    path = write(tmp_path, slow(plots=True))
+    painter prints no traceback of its own; no staging directory, lock or run directory stays. The
+    run cannot end before the signal (10⁹ iterations), and the signal is sent with its process tree
+    frozen, once the painter is seen (under load a 200,000-update run could end first)."""
+    path = write(tmp_path, endless(plots=True))
     proc = start("run", path, "--out", tmp_path / "run", "--quiet", start_new_session=True)
     # Training has begun once events.csv is being written. (Earlier, a Ctrl-C landing while numpy
     # first imports numpy.random is lost inside that import: numpy's, not ours to fix.)
-    wait_for(lambda: any((p / "events.csv").exists() for p in staging_of(tmp_path, "run")))
-    assert children(proc.pid)  # the figure painter
-    os.killpg(proc.pid, sig)
-    _, err = proc.communicate(timeout=60)
+    wait_for(lambda: any((p / "events.csv").exists() for p in staging_of(tmp_path, "run")), timeout=PATIENCE)
+    wait_for(lambda: children(proc.pid), timeout=PATIENCE)  # the figure painter
+    with frozen(proc.pid):
+        assert children(proc.pid)
+        os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == status, err
     assert one_line(err) == INTERRUPTED
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
@@ -263,9 +274,9 @@ def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, si
 def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
     out = tmp_path / "out"
     proc = start("sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "2", "--out", out)
-    wait_for(lambda: list((out / "tasks").glob("c*.json")))
+    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
     proc.terminate()
-    _, err = proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 143
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
                              f"re-run the same command to resume")
@@ -280,9 +291,9 @@ def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
     out = tmp_path / "out"
     proc = start("sweep", write(tmp_path), *MANY, "--executor", "dask", "--workers", "2", "--out", out,
                  start_new_session=True)
-    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=90)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
     os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches Dask's workers too
-    _, err = proc.communicate(timeout=90)
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 130
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
                              f"re-run the same command to resume")
@@ -293,14 +304,14 @@ def test_a_second_writer_into_the_same_directory_is_refused_with_one_line(tmp_pa
     out = tmp_path / "out"
     args = ["sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "1", "--out", out]
     first = start(*args)
-    wait_for(lambda: (out / "tasks").is_dir())
+    wait_for(lambda: (out / "tasks").is_dir(), timeout=PATIENCE)
     second = cli(*args)
     assert second.returncode == 2
     assert one_line(second.stderr) == (f"dpmarket: error: {out}: another dpmarket process (pid "
                                        f"{first.pid}) is writing there; wait for it to finish or "
                                        f"choose another --out")
     first.send_signal(signal.SIGINT)
-    first.communicate(timeout=60)
+    first.communicate(timeout=PATIENCE)
     assert first.returncode == 130  # the second left the first's files alone
     assert not list(out.rglob(".*")) and not hidden(tmp_path)
 
