@@ -81,7 +81,7 @@ def market_terms(scenario, owners: int, policies: Iterable[str] | None) -> list[
                       f"the forecast's check of {owners:,} owners alone and together ((N + 1) x N arrays)"))
     chosen = set(policies) if policies is not None else {m.policy}
     if owners > EXHAUSTIVE_UP_TO and "procurement" in chosen:
-        terms.append(("data.owners", owners, 3 * owners * owners * FLOAT,
+        terms.append(("data.owners", owners, owners * owners * (6 * FLOAT + 1),  # budget_epsilons' arrays
                       f"procurement on {owners:,} owners (N x N coalitions, budgets and weights)"))
     if owners > EXHAUSTIVE_UP_TO and "marginal" in chosen:
         if m.contribution == "shapley":
