@@ -27,15 +27,21 @@ from dpmarket.system import files
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 TINY = tiny_toml()
-# 300 short tasks (a replayed task is a whole cell of 32 replications, about 0.1 s): far from done
-# when it is stopped, whatever the load, and it stops soon after (running tasks finish first).
-# Two cells of 64 were two tasks, done about when the first file appeared: a signal sent then
-# could find the sweep finished.
-MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, 301)), "--replications", "32",
+# 300 tasks (a replayed task is a whole cell of 32 replications): far from done when it is stopped,
+# and it stops soon after (running tasks finish first). Two cells of 64 were two tasks, done about
+# when the first file appeared; under heavy load even 300 tasks of TINY could end before a second
+# process looked: the signal tests freeze the sweep while they look and signal, on HEAVY's tasks.
+CELLS = 300
+MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, CELLS + 1)), "--replications", "32",
         "--quiet")
 PATIENCE = 600  # seconds a signal test waits for what it waits for: patience under load, never a pace
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
+
+
+# MANY's tasks on HEAVY: a third of a second each (a whole cell of 32 replications of 1,000 updates,
+# replayed), so 300 of them are far from done at the first saved one, whatever the load.
+HEAVY = tiny_toml(learner={"iterations": 1000})
 
 
 def slow(plots: bool = False) -> str:
@@ -273,9 +279,12 @@ def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, si
 @LINUX
 def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
     out = tmp_path / "out"
-    proc = start("sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "2", "--out", out)
+    proc = start("sweep", write(tmp_path, HEAVY), *MANY, "--executor", "process", "--workers", "2", "--out",
+                 out)
     wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
-    proc.terminate()
+    with frozen(proc.pid):  # the sweep cannot move on between the look and the signal
+        assert len(list((out / "tasks").glob("c*.json"))) < CELLS  # work remains
+        proc.terminate()
     _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 143
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
@@ -289,10 +298,12 @@ def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
 def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
     pytest.importorskip("distributed")
     out = tmp_path / "out"
-    proc = start("sweep", write(tmp_path), *MANY, "--executor", "dask", "--workers", "2", "--out", out,
+    proc = start("sweep", write(tmp_path, HEAVY), *MANY, "--executor", "dask", "--workers", "2", "--out", out,
                  start_new_session=True)
     wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
-    os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches Dask's workers too
+    with frozen(proc.pid):
+        assert len(list((out / "tasks").glob("c*.json"))) < CELLS  # work remains
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches Dask's workers too
     _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 130
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
@@ -301,16 +312,19 @@ def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
 
 @LINUX
 def test_a_second_writer_into_the_same_directory_is_refused_with_one_line(tmp_path):
+    """The first writer is frozen (SIGSTOP) while the second tries: it holds the directory's lock
+    whatever the second's start-up costs (under load the first could finish before the second looked)."""
     out = tmp_path / "out"
-    args = ["sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "1", "--out", out]
+    args = ["sweep", write(tmp_path, HEAVY), *MANY, "--executor", "process", "--workers", "1", "--out", out]
     first = start(*args)
     wait_for(lambda: (out / "tasks").is_dir(), timeout=PATIENCE)
-    second = cli(*args)
+    with frozen(first.pid):
+        second = cli(*args)
+        first.send_signal(signal.SIGINT)  # handled once the first goes on
     assert second.returncode == 2
     assert one_line(second.stderr) == (f"dpmarket: error: {out}: another dpmarket process (pid "
                                        f"{first.pid}) is writing there; wait for it to finish or "
                                        f"choose another --out")
-    first.send_signal(signal.SIGINT)
     first.communicate(timeout=PATIENCE)
     assert first.returncode == 130  # the second left the first's files alone
     assert not list(out.rglob(".*")) and not hidden(tmp_path)
