@@ -206,7 +206,6 @@ def checked(function: Callable) -> Callable:
             bound.arguments[argument] = CHECKS[argument](name, argument, value)
         return function(*bound.args, **bound.kwargs)
 
-    call.__wrapped_checks__ = True
     return call
 
 
