@@ -290,6 +290,8 @@ def _experiment(args: argparse.Namespace) -> int:
     try:
         print(command.run(plan, out, how))
     except KeyboardInterrupt as stop:
+        if not out.exists():  # stopped before any replication was saved: the directory was removed
+            raise
         print(f"dpmarket: interrupted; finished replications are saved in {out}: "
               f"re-run the same command to resume", file=sys.stderr)
         return exit_status(stop)

@@ -155,7 +155,7 @@ def test_without_events_the_run_keeps_no_log(tiny_file):
     (lambda f: dpmarket.run(tiny(market=MARKET), overrides={"privacy.epsilon": 3}),
      "not used with a [market]"),
     (lambda f: dpmarket.replicate(f, 0, executor="serial"), "must be at least 1"),
-    (lambda f: dpmarket.replicate(f, 2, workers=0), "--workers 0"),
+    (lambda f: dpmarket.replicate(f, 2, workers=0), "workers = 0: must be at least 1"),
     (lambda f: dpmarket.sweep(f, {"seed": [1, 2]}, executor="serial"), "replication seeds"),
 ])
 def test_errors_are_the_projects_exceptions_not_exits(tiny_file, call, message):

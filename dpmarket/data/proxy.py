@@ -35,6 +35,7 @@ from dpmarket.errors import ScenarioError
 from dpmarket.learning import kernels
 from dpmarket.learning.objective import Objective, OwnerData, make_loss
 from dpmarket.learning.stepsize import StepSize, auto_rho, stability_number
+from dpmarket.scenario.loading import file_digests
 from dpmarket.scenario.schema import Scenario
 
 TWIN_KEY = 0x7477696E  # "twin": mixed into the data seed to draw the public twin
@@ -219,8 +220,10 @@ _LOCK = threading.Lock()
 
 
 def _key(scenario: Scenario) -> str:
+    """What the summary depends on: the scenario's data, model and owners, and a table's content."""
     dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
     dump["data_seed"] = data_seed(scenario)
+    dump.update(file_digests(scenario, ("data.path",)))
     return json.dumps(dump, sort_keys=True)
 
 

@@ -27,6 +27,7 @@ from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
+from dpmarket.scenario.sizes import refuse_impossible_sizes
 from dpmarket.system import files
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
@@ -107,6 +108,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     """
     from dpmarket.experiment.policy_runs import final_psi
 
+    refuse_impossible_sizes(scenario, scenario.source, policies)  # the policies' arrays, before any work
     base = pinned(scenario)
     progress = progress_of(progress)
     prepared = prepare(base, progress)

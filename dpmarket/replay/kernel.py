@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpmarket import rng as streams
+from dpmarket.learning import kernels
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.privacy.mechanisms import noise_kind
 from dpmarket.privacy.owners import DataOwner
@@ -320,16 +321,20 @@ class AsyncBatch:
         return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
 
     def run(self, slots: np.ndarray, lengths: np.ndarray, drawn: Drawn, answers: Answers,
-            record: np.ndarray, models: np.ndarray) -> None:
+            record: np.ndarray, models: np.ndarray) -> bool:
         """A block of updates without stale queries (owners ``slots``, update-major; ``lengths``:
         each tape's updates in it) by the compiled kernel: :meth:`step`'s operations in its order;
-        θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0."""
+        θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0. False, nothing done, when
+        numba turned out unusable (``auto``): the caller replays the block with numpy."""
         c = self.c
         learner = (c.lam, c.step_owner, c.step_central, c.theta_max, c.weighting != "none")
         stats = (answers.A, answers.b, answers.two_n, self.share)
         block = (slots, lengths, drawn.pool, drawn.row, drawn.scale, record)
-        compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block, models)
+        if not compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block,
+                                    models):
+            return False
         self.k += len(slots)
+        return True
 
     def keep(self, rows: np.ndarray, replications: np.ndarray, at: np.ndarray) -> None:
         """Keep θ_L of ``replications`` now (after update ``at``) in ``rows`` of the kept queries."""
@@ -564,10 +569,10 @@ def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise,
         valid = np.arange(B)[:, None] < lengths
         drawn = noise.exchanges(slots, _column(pieces, B, "answer"), valid, k0)
         plan = _Staleness(pieces, k0, batch.c.N)
-        if fast and plan.fresh:
+        if fast and plan.fresh and not kernels.broken():
             record = np.array([index.get(k, -1) for k in range(k0 + 1, k0 + B + 1)], dtype=np.int64)
-            batch.run(slots, lengths, drawn, answers, record, models)
-            return
+            if batch.run(slots, lengths, drawn, answers, record, models):
+                return
         table = batch.block(slots, drawn, answers)
         plan.keep(batch, -1)
     else:

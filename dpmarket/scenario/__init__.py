@@ -7,6 +7,8 @@ Modules, in the order a scenario goes through them:
 - :mod:`~dpmarket.scenario.overrides`: ``--set dotted.key=value`` applied to the raw table
 - :mod:`~dpmarket.scenario.schema`: every key, type, bound and default (pydantic)
 - :mod:`~dpmarket.scenario.checks`: rules that tie several keys together
+- :mod:`~dpmarket.scenario.sizes`: sizes whose arrays cannot fit in memory, refused with the size
+  they would need
 - :mod:`~dpmarket.scenario.messages`: a validation error as one line naming key and value
 - :mod:`~dpmarket.scenario.loading`: file → overrides → files resolved → validated :class:`Scenario`
 """

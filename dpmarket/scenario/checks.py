@@ -180,6 +180,9 @@ def _check_dynamic(s: Scenario, fail) -> None:
     if m.mode == "static":
         for key, unused in DYNAMIC_KEYS.items():
             if getattr(m, key) != unused:
+                if "mode" in m.model_fields_set:  # static in so many words: a dynamic file switched back
+                    fail("market.mode", m.mode, f"market.{key} = {getattr(m, key)!r} is set, which only a "
+                         "market in time uses: remove it, or keep market.mode = 'dynamic'")
                 fail(f"market.{key}", getattr(m, key), "only used with market.mode = 'dynamic'")
         return
     if m.policy not in POSTED:
@@ -199,9 +202,32 @@ def _check_dynamic(s: Scenario, fail) -> None:
         _check_progress(s, fail)
 
 
+# The progress rule reprices every market.period; more repricings than this per exchange, even with
+# every owner taking part, and a run is all repricing (market.period = 1e-9 never ended).
+REPRICINGS_PER_EXCHANGE = 1000
+
+
+def fastest_exchanges(s: Scenario) -> float | None:
+    """An upper bound of the exchanges per unit of simulated time: the owners' clocks added up (every
+    exchange begins at a tick), and in broadcast mode at most one per slot and channel; None where the
+    owners are known only once a table is read."""
+    if s.data.source != "synthetic":
+        return None
+    ticks = sum(s.owner_value(i, "clock_rate") for i in range(s.data.owners))
+    if s.network.mode == "broadcast":
+        return min(ticks, s.network.channels / s.network.broadcast_interval)
+    return ticks
+
+
 def _check_progress(s: Scenario, fail) -> None:
-    """The adaptive rule weighs measured progress in money, on public data only."""
+    """The adaptive rule weighs measured progress in money, on public data only, and reprices at a
+    pace the network's exchanges can follow."""
     m = s.market
+    rate = fastest_exchanges(s)
+    if rate is not None and m.period * rate * REPRICINGS_PER_EXCHANGE < 1.0:
+        fail("market.period", m.period, f"reprices more than {REPRICINGS_PER_EXCHANGE:,} times per exchange "
+             f"even if every owner takes part (at most {rate:.4g} exchanges per unit of time): "
+             f"use at least {1.0 / (rate * REPRICINGS_PER_EXCHANGE):.3g}")
     if m.value == 0:
         fail("market.value", 0.0, "market.rule = 'progress' weighs the model's measured progress in "
              "money: set the learner's value of a perfect model (> 0)")
