@@ -101,6 +101,12 @@ class CalibrationError(DPMarketError, ValueError):
     names the scenario key (``privacy.delta``, ``privacy.epsilon``) in the error it raises."""
 
 
+class DeltaError(CalibrationError):
+    """A δ no calibration can honour: so small that δ/m_i underflows, or so large (δ ≥ 1/n_i) that the
+    guarantee says nothing (a mechanism that publishes a record outright with probability δ meets
+    it); the caller names ``privacy.delta`` (or the owner's own δ)."""
+
+
 class KernelError(DPMarketError):
     """``DPMARKET_KERNEL`` names no kernel, or names numba where it is not installed."""
 

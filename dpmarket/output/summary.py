@@ -80,7 +80,7 @@ def _training_columns(result: RunResult, k: int, counts) -> dict:
             "queries": counts[("query", o.index)], "answers": o.ledger.answers,
             "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
             "answer_cap": o.answers_allowed, "noise_scale": o.scale, "mechanism": o.mechanism,
-            "delta": _owner_delta(o), "sensitivity": o.sensitivity}
+            "delta": _owner_delta(o), "sensitivity": o.sensitivity, "accountant_used": o.accountant}
 
 
 def _owner_delta(owner) -> float:
@@ -94,7 +94,7 @@ def _absent(result: RunResult, i: int) -> dict:
     return {"owner": i, "name": result.consortium.names[i],
             "records": int(result.consortium.sizes[i]), "epsilon": 0.0, "queries": 0,
             "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": "",
-            "mechanism": "", "delta": "", "sensitivity": ""}
+            "mechanism": "", "delta": "", "sensitivity": "", "accountant_used": ""}
 
 
 def _market_columns(outcome, i: int) -> dict:
@@ -141,6 +141,7 @@ def summary(result: RunResult) -> dict:
         "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,
         **privacy_summary(s),
+        "accountants_used": accountants_used(result.owners),
         "f_star": result.objective.f_star,
         "theta_star": [float(v) for v in result.objective.theta_star],
         "theta_final": [float(v) for v in t.learner.model],
@@ -159,6 +160,15 @@ def privacy_summary(scenario) -> dict:
     (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
     p = scenario.privacy
     return Guarantee.of(p).statement()
+
+
+def accountants_used(owners) -> dict[str, int]:
+    """How many participants' noise rests on each accountant: the scenario's, or basic composition
+    where it proves the guarantee with less noise (dpmarket/privacy/accounting.py, ``calibration``)."""
+    used: dict[str, int] = {}
+    for o in owners:
+        used[o.accountant] = used.get(o.accountant, 0) + 1
+    return dict(sorted(used.items()))
 
 
 def _learner_summary(result: RunResult) -> dict:

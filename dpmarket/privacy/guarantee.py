@@ -57,6 +57,10 @@ class Guarantee:
         """The same guarantee at another ε."""
         return replace(self, epsilon=epsilon)
 
+    def using(self, accountant: str) -> Guarantee:
+        """The same (ε, δ) proved by another accountant."""
+        return replace(self, accountant=accountant)
+
     def statement(self) -> dict:
         """The guarantee as every output states it (a run's, a replicated run's and a policy
         comparison's ``summary.json``, each cell of a sweep): the keys of :data:`STATEMENT_KEYS`,

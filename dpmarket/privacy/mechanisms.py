@@ -38,6 +38,18 @@ def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
     return calibrated(guarantee, int(answers))
 
 
+def proved_by(guarantee: Guarantee, answers: int) -> Guarantee:
+    """The guarantee as the accountant that proves it with the least noise for ``answers`` answers
+    states it: unchanged, or under ``basic`` where basic composition needs less noise than the
+    scenario's RDP or PLD accountant (then Laplace answers are pure ε-DP, with its exact ledger)."""
+    if guarantee.accountant == "basic":
+        return guarantee
+    from dpmarket.privacy.accounting import calibration
+
+    used = calibration(guarantee, int(answers)).accountant
+    return guarantee if used == guarantee.accountant else guarantee.using(used)
+
+
 def laplace_scale(xi: float, answers: int, n_records: int, epsilon: float) -> float:
     """Per-coordinate Laplace scale ``2Ξm/(nε)`` for one of ``answers`` equal-share answers."""
     if xi <= 0 or answers < 1 or n_records < 1 or epsilon <= 0:

@@ -5,7 +5,8 @@ answer in its ledger; when the ledger cannot take another answer it refuses. One
 sensitivity Δ_i = 2Ξ/n_i, Ξ bounding every per-example gradient in the mechanism's norm (L1 for
 Laplace, L2 for Gaussian) — from the declared data bounds (records were clipped into them when the
 owner was built) or by clipping every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z
-the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py); under basic
+the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py), the least that
+a valid accountant proves (the scenario's, or basic composition where that needs less noise); under basic
 composition of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time.
 Every answer is finite: the exact part is bounded by the declared domain (see
 :mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL times its scale, which the run checks.
@@ -23,6 +24,7 @@ from dpmarket.privacy.mechanisms import (
     laplace_scale,
     make_noise,
     noise_multiplier,
+    proved_by,
 )
 
 # Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
@@ -47,13 +49,15 @@ class DataOwner:
     def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, *, guarantee: Guarantee,
                  answers: int, xi: float, noise_rng: np.random.Generator, clip: float | None = None) -> None:
         self.index, self.name, self.data, self.loss = index, name, data, loss
-        self.guarantee, self.answers_allowed, self.xi, self.clip = guarantee, answers, xi, clip
+        self.requested = guarantee  # what the scenario asked for
+        self.guarantee = proved_by(guarantee, answers)  # the accountant that proves it with least noise
+        self.answers_allowed, self.xi, self.clip = answers, xi, clip
         self.sensitivity = 2.0 * xi / data.n  # of one answer, in the mechanism's norm
-        if guarantee.pure:  # Theorem 1 exactly, as the papers (and earlier runs) do
+        if self.guarantee.pure:  # Theorem 1 exactly, as the papers (and earlier runs) do
             self.multiplier = answers / guarantee.epsilon
             self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon)
         else:
-            self.multiplier = noise_multiplier(guarantee, answers)
+            self.multiplier = noise_multiplier(self.guarantee, answers)
             self.scale = self.multiplier * self.sensitivity
         self.charge, self.ledger = self._ledger()
         dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
@@ -73,6 +77,8 @@ class DataOwner:
 
     @property
     def accountant(self) -> str:
+        """The accountant whose proof the owner's noise and ledger rest on: the scenario's, or basic
+        composition where that proves the guarantee with less noise."""
         return self.guarantee.accountant
 
     def _ledger(self):
