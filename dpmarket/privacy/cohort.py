@@ -98,7 +98,8 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     try:
         return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
                          guarantee=guarantee, answers=answers, xi=xi,
-                         noise_rng=streams.stream(scenario.seed, "noise", i), clip=clip)
+                         noise_rng=streams.stream(scenario.seed, "noise", i),
+                         theta_max=scenario.model.theta_max, clip=clip)
     except CalibrationError as exc:
         raise _unreachable(scenario, i, epsilon, answers, exc) from None
 

@@ -33,6 +33,12 @@ from dpmarket.privacy.mechanisms import (
 LAPLACE_TAIL = 37.0
 
 
+def project(theta: np.ndarray, theta_max: float) -> np.ndarray:
+    """Π_Θ: each coordinate clipped to [−θmax, θmax] (maximum, then minimum, as the learner does; a
+    point of Θ comes back unchanged, bit for bit)."""
+    return np.minimum(np.maximum(theta, -theta_max), theta_max)
+
+
 def answer_bound(xi: float, scale: float) -> float:
     """A bound on every coordinate of an answer: the exact part's Ξ plus the largest noise."""
     return xi + LAPLACE_TAIL * scale
@@ -42,13 +48,16 @@ class DataOwner:
     """One hospital or bank: its records, its guarantee, its noise stream and its ledger.
 
     ``answers`` is m_i, the number of answers the guarantee is spread over (the owner refuses the
-    next one); ``xi`` bounds every per-example gradient in the guarantee's norm; ``clip``, when given,
-    is the norm each per-example gradient is clipped to (then ``xi`` equals it).
+    next one); ``xi`` bounds every per-example gradient in the guarantee's norm over Θ = [−θmax, θmax]^p
+    (``theta_max``; every query is projected onto Θ); ``clip``, when given, is the norm each per-example
+    gradient is clipped to (then ``xi`` equals it).
     """
 
     def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, *, guarantee: Guarantee,
-                 answers: int, xi: float, noise_rng: np.random.Generator, clip: float | None = None) -> None:
+                 answers: int, xi: float, noise_rng: np.random.Generator, theta_max: float,
+                 clip: float | None = None) -> None:
         self.index, self.name, self.data, self.loss = index, name, data, loss
+        self.theta_max = float(theta_max)  # Θ's box, public: the query is projected onto it
         self.requested = guarantee  # what the scenario asked for
         self.guarantee = proved_by(guarantee, answers)  # the accountant that proves it with least noise
         self.answers_allowed, self.xi, self.clip = answers, xi, clip
@@ -98,7 +107,13 @@ class DataOwner:
         return self.guarantee.norm
 
     def exact_answer(self, theta: np.ndarray) -> np.ndarray:
-        """Q_i(θ) before noise (with per-example clipping when the owner clips)."""
+        """Q_i(θ) before noise (with per-example clipping when the owner clips), at θ projected onto Θ.
+
+        Ξ bounds the per-example gradients over Θ only (squared loss: 2(Y + θmax‖z‖₁)‖z‖₁); at θ = 10·θmax
+        an answer would shift by 3.5 times the sensitivity between neighbours. Algorithm 1 never asks
+        outside Θ (its copies are projected and θ̄ is their midpoint, in floating point too), so the
+        projection changes no answer it asks for; the owner does not rely on it."""
+        theta = project(theta, self.theta_max)
         if self.clip is None:
             return self.loss.mean_grad(theta, self.data)
         return self.loss.clipped_mean_grad(theta, self.data, self.clip, self.norm)

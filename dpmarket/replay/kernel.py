@@ -34,7 +34,7 @@ from dpmarket import rng as streams
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.learning.objective import CLIP_MARGIN
 from dpmarket.privacy.mechanisms import noise_kind
-from dpmarket.privacy.owners import DataOwner
+from dpmarket.privacy.owners import DataOwner, project
 from dpmarket.replay import compiled
 from dpmarket.schedule.tape import CHUNK, NO_ASKED, Chunk
 
@@ -61,6 +61,8 @@ class Answers:
 
     def __init__(self, owners: list[DataOwner]) -> None:
         self.owners = owners
+        self.theta_max = owners[0].theta_max if owners else np.inf  # Θ: every query is projected onto it
+        self._query = np.empty(owners[0].noise.dim if owners else 0)  # one projected query (:meth:`one`)
         self._kept: dict[int, tuple] = {}  # per owner slot, what answers from records read
         self.stats = all(o.clip is None and o.loss.name == "squared" for o in owners)
         if self.stats:
@@ -69,8 +71,10 @@ class Answers:
             self.two_n = np.array([2.0 / o.data.n for o in owners])  # the inline (2.0 / n) exactly
 
     def of(self, slots: np.ndarray, thetas: np.ndarray, rows: Gathered | None = None) -> np.ndarray:
-        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]`` (``rows``: the owners'
-        statistics gathered for these slots beforehand, see :meth:`gather`)."""
+        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]`` projected onto Θ, as
+        :meth:`DataOwner.exact_answer` projects it (``rows``: the owners' statistics gathered for these
+        slots beforehand, see :meth:`gather`)."""
+        thetas = project(thetas, self.theta_max)
         if self.stats:
             rows = self.gather(slots) if rows is None else rows
             product = np.matmul(np.take(self.A, slots, axis=0), thetas[:, :, None])[:, :, 0]
@@ -84,7 +88,10 @@ class Answers:
         return out
 
     def one(self, slot: int, theta: np.ndarray) -> np.ndarray:
-        """Owner ``slot``'s exact answer at one ``theta``, with the inline answer's own operations."""
+        """Owner ``slot``'s exact answer at one ``theta`` (projected onto Θ), with the inline answer's
+        own operations."""
+        query, bound = self._query, self.theta_max  # into one buffer: this runs once per update
+        theta = np.minimum(np.maximum(theta, -bound, out=query), bound, out=query)
         if self.stats:
             return self.two_n[slot] * (self.A[slot] @ theta - self.b[slot])
         return self.records(slot, theta[None])[0]
@@ -94,7 +101,9 @@ class Answers:
         return Gathered(self.b[slots], self.two_n[slots]) if self.stats else None
 
     def every(self, thetas: np.ndarray) -> np.ndarray:
-        """(R, N, p): every owner's exact answer at each row of ``thetas`` (synchronous rounds)."""
+        """(R, N, p): every owner's exact answer at each row of ``thetas`` (projected onto Θ;
+        synchronous rounds)."""
+        thetas = project(thetas, self.theta_max)
         if self.stats:
             product = np.matmul(self.A[None], thetas[:, None, :, None])[..., 0]
             return self.two_n[None, :, None] * (product - self.b[None])
