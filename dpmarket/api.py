@@ -394,3 +394,50 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     return MarketComparison(comparison.scenario, summary, pd.DataFrame(rows), owners, runs,
                             None if out is None else Path(out))
 
+
+
+# --- a privacy audit ----------------------------------------------------------------------------
+
+@dataclass
+class Audit:
+    """An empirical privacy audit (``dpmarket audit``): ``table`` (one row per adversary: error counts,
+    rates and their exact upper bounds, the ε they prove, the claimed ε and δ), ``scores`` (every run's
+    score), ``summary`` (the summary.json content), ``passed`` (the lower bound does not exceed the
+    claim), ``result`` (everything in memory) and ``out`` (its directory, if written)."""
+
+    scenario: Scenario
+    summary: dict
+    table: pd.DataFrame
+    scores: pd.DataFrame
+    passed: bool
+    result: Any = field(repr=False)
+    out: Path | None = None
+
+
+def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = None, seed: int | None = None,
+          overrides: Overrides = None, out: str | Path | None = None, *, view: str = "both",
+          method: str = "worlds", confidence: float = 0.95, progress: bool = False) -> Audit:
+    """Audit one owner's privacy empirically (``dpmarket audit``): ``runs`` runs of each of two
+    neighbouring worlds (default 2,000; with ``method="one-run"``, runs in all, default 1) and an
+    adversary seeing ``view`` (answers, model or both); the ε its error rates prove at ``confidence``,
+    against the owner's claim. Nothing is written unless ``out`` names a directory."""
+    import pandas as pd
+
+    from dpmarket.output import audit as audits
+    from dpmarket.runs.audit import audit as run_audit
+    from dpmarket.system.progress import of as progress_of
+
+    resolved = load(scenario, seed, overrides)
+    runs = runs if runs is not None else (1 if method == "one-run" else 2000)
+    facts = audits.settings(owner, runs, view, method, confidence)
+    if out is not None:
+        from dpmarket.output import directories
+
+        out = Path(out)
+        directories.check(out, audits.identity(resolved, facts))
+    result = run_audit(resolved, owner, runs, view, method, confidence, progress=progress_of(progress))
+    if out is not None:
+        audits.write(result, out, facts, resolved.output.plots)
+    return Audit(resolved, audits.summary(result, facts), pd.DataFrame(result.rows()),
+                 pd.DataFrame(audits.score_rows(result), columns=["view", "world", "run", "half", "score"]),
+                 result.passed, result, out)

@@ -41,6 +41,10 @@ EXAMPLES = {
     "market": """examples:
   dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
   dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2""",
+    "audit": """examples:
+  dpmarket audit lending_banks --runs 2000                 owner 0, its answers and the published model
+  dpmarket audit ny_hospitals --owner 5 --view answers --set learner.iterations=200
+  dpmarket audit many_banks --method one-run --runs 20    one canary per feature in each of 20 runs""",
     "scenarios": """examples:
   dpmarket scenarios
   dpmarket validate ny_hospitals > my.toml      a resolved copy to edit, then: dpmarket run my.toml""",
@@ -122,6 +126,26 @@ def _parser() -> argparse.ArgumentParser:
     mk.add_argument("--workers", type=_positive, default=1, metavar="N",
                     help="worker processes for the training runs (default 1; results do not depend on it)")
     _add_set(mk)
+    au = _command(sub, "audit", "audit a scenario's privacy: an empirical lower bound on epsilon", (
+        "Run the scenario's protocol many times on two neighbouring datasets (one record of one owner "
+        "replaced by a worst-case canary) and let an adversary that sees what the learner sees tell them "
+        "apart: its error rates prove a lower bound on the owner's epsilon, with exact (Clopper-Pearson) "
+        "confidence, printed against the epsilon it claims; writes a table, every run's score, a ROC "
+        "figure and summary.json. Exit status 0 when the bound does not exceed the claim, 3 when it does, 2 "
+        "on bad input."))
+    au.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
+    au.add_argument("--owner", type=int, help="the owner audited (default: the first that takes part)")
+    au.add_argument("--runs", type=_positive, metavar="R",
+                    help="runs of each world (default 2000); with --method one-run, runs in all (default 1)")
+    au.add_argument("--view", choices=("answers", "model", "both"), default="both",
+                    help="what the adversary sees: the owner's answers, the published model, or both")
+    au.add_argument("--method", choices=("worlds", "one-run"), default="worlds",
+                    help="two neighbouring worlds (default), or the audit by one run (Steinke et al. 2023)")
+    au.add_argument("--confidence", type=_fraction, default=0.95, help="of the lower bound (default 0.95)")
+    au.add_argument("--out", type=Path, help="directory (default outputs/NAME-audit-seedSEED)")
+    au.add_argument("--seed", type=int, help="override the scenario's seed")
+    au.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_set(au)
     _command(sub, "scenarios", "list the bundled example scenarios", (
         "List the example scenarios that come with dpmarket, with their descriptions. Any command "
         "taking a scenario accepts one of these names in place of a file, from any directory."))
@@ -132,6 +156,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
     return value
 
 
@@ -167,6 +198,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _market(args)
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "audit":
+            return _audit(args)
         if args.command == "sweep" or args.replications is not None:
             return _experiment(args)
         return _run(args)
@@ -245,6 +278,24 @@ def _market(args: argparse.Namespace) -> int:
     rows = compare.write(comparison, out)
     print(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
     return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dpmarket.output import audit as audits
+    from dpmarket.output import directories
+    from dpmarket.runs.audit import audit
+    from dpmarket.system.progress import of as progress_of
+
+    scenario = _load(args)
+    runs = args.runs or (1 if args.method == "one-run" else 2000)
+    facts = audits.settings(args.owner, runs, args.view, args.method, args.confidence)
+    out = args.out or audits.default_dir(scenario, facts)
+    directories.check(out, audits.identity(scenario, facts))  # before the work: other results stay
+    result = audit(scenario, args.owner, runs, args.view, args.method, args.confidence,
+                   progress=progress_of(not args.quiet))
+    audits.write(result, out, facts, scenario.output.plots)
+    print(audits.table(result, out))
+    return audits.exit_status(result)
 
 
 def _scenarios() -> int:

@@ -107,6 +107,10 @@ class DeltaError(CalibrationError):
     it); the caller names ``privacy.delta`` (or the owner's own δ)."""
 
 
+class AuditError(DPMarketError):
+    """An audit that cannot be run as asked (no such participant, too few runs, a market in time)."""
+
+
 class KernelError(DPMarketError):
     """``DPMARKET_KERNEL`` names no kernel, or names numba where it is not installed."""
 

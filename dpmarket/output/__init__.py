@@ -9,5 +9,6 @@ The computation packages never import this one; results flow one way into it. Mo
 - :mod:`~dpmarket.output.results`: a run directory's files
 - :mod:`~dpmarket.output.timeline`: the ``timeline`` command's tables from a run directory
 - :mod:`~dpmarket.output.timeseries`: a market in time's series from a run directory
+- :mod:`~dpmarket.output.audit`: an audit's directory (table, scores, ROC figure) and its verdict
 - :mod:`~dpmarket.output.figures`: every figure (matplotlib), drawn in a helper process
 """

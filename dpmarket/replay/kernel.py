@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -346,6 +347,7 @@ class AsyncBatch:
         self.kept: np.ndarray | None = None  # θ_L at the queries later updates use, row r·N + i
         self.kept_at: np.ndarray | None = None  # the iteration each row of ``kept`` holds
         self.k = 0
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -397,6 +399,8 @@ class AsyncBatch:
         theta_L = self._query_model(rows, old)
         theta_bar = 0.5 * (theta_L + np.take(self.copies, u.flat, axis=0))
         answer = answers.of(u.slots, theta_bar, u.gathered) + u.noise
+        if self.observer is not None:  # an audit's adversary sees what the learner sees
+            self.observer.exchanges(rows, u.slots, theta_bar, answer)
         grad_g = (2.0 * c.lam) * theta_bar
         weight = u.share
         if c.weighting != "none":
@@ -424,6 +428,7 @@ class SingleRun:
         run.counts, run.k = np.zeros_like(learner.counts), 0
         self.kept: np.ndarray | None = None  # θ_L at the queries later updates use, one row per owner
         self.kept_at: np.ndarray | None = None
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -444,11 +449,15 @@ class SingleRun:
         answer plus its noise draw times its scale, and :meth:`AsyncLearner.update`."""
         learner, pool, update = self.learner, noise.pool, self.learner.update
         rows, scales = noise.row[:, 0].tolist(), noise.scale[:, 0].tolist()
+        seen = -1 if self.observer is None else self.observer.slot
         for step, owner in enumerate(piece.owner.tolist()):
             old = plan.old(step, None)
             theta_L = learner.theta_L if old is None else self._kept(old, k0 + step + 1)
             theta_bar = 0.5 * (theta_L + learner.theta[owner])
-            update(owner, theta_bar, answers.one(owner, theta_bar) + pool[rows[step]] * scales[step])
+            answer = answers.one(owner, theta_bar) + pool[rows[step]] * scales[step]
+            if owner == seen:  # an audit's adversary sees what the learner sees
+                self.observer.exchanges(None, np.array([owner]), theta_bar[None], answer[None])
+            update(owner, theta_bar, answer)
             plan.keep(self, step)
             if k0 + step + 1 in index:
                 models[index[k0 + step + 1], 0] = learner.theta_L
@@ -505,6 +514,7 @@ class SyncBatch:
         self.theta_now = np.zeros((replications, learner.theta_now.shape[0]))
         self.theta_avg = np.zeros_like(self.theta_now)
         self.k = 0
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -516,6 +526,8 @@ class SyncBatch:
         rows = slice(None) if rows is None else rows
         c, theta = self.c, self.theta_now[rows].copy()  # the query point, and the previous iterate
         replies = answers.every(theta) + noise
+        if self.observer is not None:  # an audit's adversary sees what the learner sees
+            self.observer.rounds(None if isinstance(rows, slice) else rows, theta, replies)
         direction = 2.0 * c.lam * theta + np.matmul(c.share[None, None, :], replies)[:, 0, :]
         step = c.rho / np.sqrt(self.k + 1) if self.averaged else c.rho / (c.T * c.T * (self.k + 1))
         self.k += 1
@@ -546,15 +558,34 @@ class Replayed:
         return self.final[r] if k == self.updates[r] else self.models[self.at.index(k), r]
 
 
+class Observer(Protocol):
+    """What sees the answers as the learner sees them (an audit's adversary, :mod:`dpmarket.runs.audit`):
+    each update's query points and noisy answers, as they are applied. ``slot`` is the owner it
+    watches (set by :meth:`attach`); the replay runs on numpy when an observer is attached."""
+
+    slot: int
+
+    def attach(self, owners: list[DataOwner]) -> None:
+        """Called once with the replay's owners (to find the watched owner's slot)."""
+
+    def exchanges(self, rows: np.ndarray | None, slots: np.ndarray, query: np.ndarray,
+                  answer: np.ndarray) -> None:
+        """One asynchronous update of the replications ``rows`` (None: all): owner ``slots[r]`` was
+        asked at ``query[r]`` and answered ``answer[r]`` (noise included)."""
+
+    def rounds(self, rows: np.ndarray | None, query: np.ndarray, answer: np.ndarray) -> None:
+        """One synchronous round: ``answer[r, i]``, owner i's answer at ``query[r]``."""
+
+
 def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: Sequence[Iterable[Chunk]],
            seeds: Sequence[int], capacity: np.ndarray, at: Sequence[int] = (), progress=None,
-           expected: int = 0) -> Replayed:
+           expected: int = 0, observer: Observer | None = None) -> Replayed:
     """Apply ``tapes`` (replication r's chunks, with noise from ``seeds[r]``) to fresh copies of
     ``learner`` (a template: only its constants are read); keep the models after the updates ``at``
     and each replication's last. ``progress`` (anything with ``update(n)``) counts the updates of
     the longest tape; ``expected``: the updates a tape is expected to have (the learner's T), from
     which ``DPMARKET_KERNEL=auto`` judges whether the compiled kernel pays
-    (:mod:`dpmarket.replay.compiled`)."""
+    (:mod:`dpmarket.replay.compiled`). ``observer`` sees every answer applied (an audit)."""
     at = sorted(set(int(k) for k in at))
     asynchronous = isinstance(learner, AsyncLearner)
     R, p = len(tapes), learner.model.shape[0]
@@ -563,7 +594,11 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
     else:
         batch = SyncBatch(learner, R)
     answers, noise = Answers(owners), Noise(seeds, owners, capacity)
-    fast = isinstance(batch, AsyncBatch) and answers.stats and compiled.wanted(R * expected)
+    if observer is not None:
+        observer.attach(owners)
+        batch.observer = observer
+    fast = (isinstance(batch, AsyncBatch) and answers.stats and observer is None
+            and compiled.wanted(R * expected))
     readers = [Reader(t) for t in tapes]
     models, index = np.zeros((len(at), R, p)), {k: i for i, k in enumerate(at)}
     answers_per_update = 1 if asynchronous else len(owners)

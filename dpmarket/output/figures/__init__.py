@@ -8,4 +8,5 @@
 - :mod:`~dpmarket.output.figures.market_timeline`: the market in time
 - :mod:`~dpmarket.output.figures.market`: a policy comparison
 - :mod:`~dpmarket.output.figures.sweep`: replications and sweeps (the papers' figure types)
+- :mod:`~dpmarket.output.figures.audit`: a privacy audit's ROC curves against the claimed (ε, δ)
 """

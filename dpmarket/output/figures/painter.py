@@ -29,6 +29,10 @@ def _paint(kind: str, data, path: str) -> None:
             topology.save(graph, Path(path) / "topology.graphml")
         if draw:
             topology.draw(graph, Path(path) / "topology.png", load)
+    elif kind == "audit_roc":
+        from dpmarket.output.figures import audit
+
+        audit.draw(data, Path(path) / audit.NAME)
     elif kind == "market_timeline":
         from dpmarket.output.figures import market_timeline
 
