@@ -1,15 +1,17 @@
 """The data owner's side of an exchange: answer a gradient query privately, or refuse.
 
-An owner computes its exact answer Q_i(θ) = (1/n_i) Σ ∇ℓ(θ; z, y), adds noise and records the
-answer in its ledger; when the ledger cannot take another answer it refuses. One answer has
-sensitivity Δ_i = 2Ξ/n_i, Ξ bounding every per-example gradient in the mechanism's norm (L1 for
-Laplace, L2 for Gaussian) — from the declared data bounds (records were clipped into them when the
-owner was built) or by clipping every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z
-the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py), the least that
-a valid accountant proves (the scenario's, or basic composition where that needs less noise); under basic
-composition of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time.
-Every answer is finite: the exact part is bounded by the declared domain (see
-:mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL times its scale, which the run checks.
+An owner computes its exact answer Q_i(θ) = (1/n_i) Σ ∇ℓ(θ; z, y) at θ projected onto Θ, adds noise
+and records the answer in its ledger; when the ledger cannot take another answer it refuses. One
+answer has sensitivity Δ_i = 2Ξ/n_i (times 1 + κ, the floating-point margin of
+:func:`~dpmarket.privacy.mechanisms.rounding_margin`) between datasets that differ in one record, Ξ
+bounding every per-example gradient in the mechanism's norm (L1 for Laplace, L2 for Gaussian) — from
+the declared data bounds (records were clipped into them when the owner was built) or by clipping
+every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z the multiplier that makes m_i
+answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py), the least that a valid accountant
+proves (the scenario's, or basic composition where that needs less noise); under basic composition
+of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time. Every answer
+is finite: the exact part is bounded by the declared domain (see :mod:`dpmarket.data.magnitudes`) and
+the noise by LAPLACE_TAIL times its scale, which the run checks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dpmarket.privacy.mechanisms import (
     make_noise,
     noise_multiplier,
     proved_by,
+    rounding_margin,
 )
 
 # Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
@@ -61,15 +64,18 @@ class DataOwner:
         self.requested = guarantee  # what the scenario asked for
         self.guarantee = proved_by(guarantee, answers)  # the accountant that proves it with least noise
         self.answers_allowed, self.xi, self.clip = answers, xi, clip
-        self.sensitivity = 2.0 * xi / data.n  # of one answer, in the mechanism's norm
-        if self.guarantee.pure:  # Theorem 1 exactly, as the papers (and earlier runs) do
+        dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
+        # Of one answer, in the mechanism's norm, as computed in floating point: 2Ξ/n_i, and the margin
+        # by which rounding can part two neighbouring datasets' answers further (rounding_margin).
+        self.margin = rounding_margin(data.n, dim)
+        self.sensitivity = 2.0 * xi / data.n * (1.0 + self.margin)
+        if self.guarantee.pure:  # Theorem 1, as the papers do: b = 2Ξm/(nε), with the rounding margin
             self.multiplier = answers / guarantee.epsilon
-            self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon)
+            self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon) * (1.0 + self.margin)
         else:
             self.multiplier = noise_multiplier(self.guarantee, answers)
             self.scale = self.multiplier * self.sensitivity
         self.charge, self.ledger = self._ledger()
-        dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
         self.noise = make_noise(guarantee.mechanism, noise_rng, self.scale, dim, block=min(256, answers))
 
     @property
