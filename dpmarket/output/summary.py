@@ -54,6 +54,8 @@ def owner_rows(result: RunResult) -> list[dict]:
             row.update(blank)
         if result.market is not None:
             row.update(_market_columns(result.market.outcome, i))
+            if result.market.own_psi is not None:  # what the owner decided with: public, not own_psi
+                row["own_psi_public"] = float(result.market.own_psi[i])
         if result.market is not None and result.market.dynamic is not None:
             row.update(_dynamic_columns(result, i, row))
     return rows

@@ -229,6 +229,7 @@ class OwnerSpec(_Strict):
     mean_offline: PosFloat | None = None
     outages: list[Window] | None = None
     cost_coef: PosFloat | None = None
+    own_psi: NonNegFloat | None = None  # declared own-data ψ: what the market weighs (public by declaring)
 
 
 class Costs(_Strict):
@@ -346,7 +347,7 @@ _OWNER_DEFAULTS: dict[str, Callable[[Scenario, int], Any]] = {
     "records": lambda s, i: None, "clock_rate": lambda s, i: s.network.clock_rate,
     "channel": lambda s, i: i % s.network.channels, "mean_online": lambda s, i: s.network.dropout.mean_online,
     "mean_offline": lambda s, i: s.network.dropout.mean_offline, "outages": lambda s, i: s.network.outages,
-    "cost_coef": lambda s, i: None,
+    "cost_coef": lambda s, i: None, "own_psi": lambda s, i: None,
 }
 
 
