@@ -117,9 +117,17 @@ class Run:
 
 def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None,
         out: str | Path | None = None, *, replications: int | None = None, events: bool = True,
-        progress: bool = False, executor: str = "process", workers: int | None = None) -> Run | Replications:
-    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead."""
+        progress: bool = False, executor: str = "process", workers: int | None = None,
+        oracle: bool = True) -> Run | Replications:
+    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead.
+    ``oracle=False`` (``--no-oracle``) leaves every oracle measurement out of the tables, the summary
+    and ``out`` (ψ, own-data ψ, who benefits, θ*: summary["oracle"] lists them; ``result``, the run in
+    memory, still holds them)."""
     if replications is not None:
+        if not oracle:
+            from dpmarket.errors import UsageError
+
+            raise UsageError("oracle=False writes a single run: not with replications")
         return replicate(scenario, replications, seed, overrides, out, executor=executor,
                          workers=workers, progress=progress)
     resolved = load(scenario, seed, overrides)
@@ -127,33 +135,41 @@ def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = 
         from dpmarket.output.results import run_and_write
 
         out = Path(out)
-        result = run_and_write(resolved, out, progress=progress)
+        result = run_and_write(resolved, out, progress=progress, oracle=oracle)
         table = read_events(out / "events.csv", resolved.seed) if events else None
-        return _run(resolved, result, table, out)
+        return _run(resolved, result, table, out, oracle)
+    if not oracle:
+        from dpmarket.output.results import check_oracle_free
+
+        check_oracle_free(resolved, oracle)
     from dpmarket.runs.run import execute
 
     if not events:
-        return _run(resolved, execute(resolved, None, progress=progress), None, None)
+        return _run(resolved, execute(resolved, None, progress=progress), None, None, oracle)
     with tempfile.TemporaryDirectory(prefix="dpmarket-events-") as temp:
         path = Path(temp) / "events.csv"
         result = execute(resolved, path, progress=progress)
-        return _run(resolved, result, read_events(path, resolved.seed), None)
+        return _run(resolved, result, read_events(path, resolved.seed), None, oracle)
 
 
-def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None) -> Run:
+def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None,
+         oracle: bool = True) -> Run:
     import numpy as np
     import pandas as pd
 
     from dpmarket.output.summary import owner_rows, summary
 
     m = result.training.metrics
-    metrics = pd.DataFrame({"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
-                            "time": np.asarray(m.time, dtype=float), "psi": np.asarray(m.psi, dtype=float)})
+    columns = {"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
+               "time": np.asarray(m.time, dtype=float)}
+    if oracle:
+        columns["psi"] = np.asarray(m.psi, dtype=float)
+    metrics = pd.DataFrame(columns)
     # owners.csv leaves a decliner's noise scale empty; in a DataFrame absent is NaN
     owners = pd.DataFrame([{k: np.nan if v == "" else v for k, v in row.items()}
-                           for row in owner_rows(result)])
+                           for row in owner_rows(result, oracle)])
     owners.insert(0, "seed", scenario.seed)
-    return Run(scenario, summary(result), metrics, owners, events, result, out)
+    return Run(scenario, summary(result, oracle), metrics, owners, events, result, out)
 
 
 def read_events(path: Path, seed: int) -> pd.DataFrame:

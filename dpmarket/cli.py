@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from dpmarket._version import __version__
-from dpmarket.errors import DPMarketError, one_line
+from dpmarket.errors import DPMarketError, UsageError, one_line
 from dpmarket.replay import compiled
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--no-oracle", dest="oracle", action="store_false",
+                     help="write no oracle measurement (ψ, own-data ψ, who benefits, θ*: figures computed "
+                          "from the private records without noise; summary.json's 'oracle' lists them)")
     _add_set(run)
     run.add_argument("--replications", type=int, metavar="R",
                      help="run R independent replications (seeds derived from the run seed)")
@@ -201,6 +204,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.command == "audit":
             return _audit(args)
         if args.command == "sweep" or args.replications is not None:
+            if not getattr(args, "oracle", True):
+                raise UsageError("--no-oracle writes a single run: not with --replications")
             return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
@@ -242,11 +247,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from dpmarket.output import console, results
 
-        out = args.out or results.default_run_dir(scenario)
-        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
+        out = args.out or results.default_run_dir(scenario, args.oracle)
+        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter,
+                                       oracle=args.oracle)
     finally:
         painter.close()
-    print(console.summary_table(result, out))
+    print(console.summary_table(result, out, args.oracle))
     return 0
 
 

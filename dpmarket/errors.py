@@ -107,6 +107,10 @@ class DeltaError(CalibrationError):
     it); the caller names ``privacy.delta`` (or the owner's own δ)."""
 
 
+class UsageError(DPMarketError):
+    """Command-line options that do not go together."""
+
+
 class AuditError(DPMarketError):
     """An audit that cannot be run as asked (no such participant, too few runs, a market in time)."""
 

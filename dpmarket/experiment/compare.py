@@ -21,6 +21,7 @@ from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
 from dpmarket.output.directories import Identity
+from dpmarket.output.summary import oracle_statement
 from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
@@ -173,11 +174,25 @@ def write(c: Comparison, target: Path) -> list[dict]:
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
                    "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
-                   "forecast": {**c.forecast, "source": c.forecast_source}}
+                   "forecast": {**c.forecast, "source": c.forecast_source},
+                   "oracle": oracle_statement(market_oracle(c.scenario))}
         (staging / "summary.json").write_text(files.dumps(summary, indent=2) + "\n", encoding="utf-8")
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
                       [staging / "psi_payment.png", staging / "epsilons.png"])
     return rows
+
+
+def market_oracle(scenario: Scenario) -> dict[str, list[str]]:
+    """A comparison's oracle measurements by file: the simulated ψ (and, with pilots on the owners'
+    records, the forecast and every outcome decided with it)."""
+    from dpmarket.output.summary import MARKET_ORACLE
+
+    listed = {k: list(v) for k, v in MARKET_ORACLE.items()}
+    m = scenario.market
+    if m.forecast is None and m.pilots.data == "owners":
+        listed["summary.json"] = ["forecast"]
+        listed["policies.csv"] += ["psi_forecast", "participants", "total_payment", "learner_surplus"]
+    return listed
 
 
 def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Identity:

@@ -6,14 +6,17 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
+
 from dpmarket.output.summary import summary
 from dpmarket.runs.run import RunResult
 from dpmarket.scenario.checks import BUDGET_KEYS
 
 
-def summary_table(result: RunResult, out: Path) -> str:
-    """A short human-readable summary of a run, for the terminal."""
-    s = summary(result)
+def summary_table(result: RunResult, out: Path, oracle: bool = True) -> str:
+    """A short human-readable summary of a run, for the terminal (without ``oracle``, none of the
+    oracle measurements: ψ, own-data ψ, who benefits)."""
+    s = summary(result, oracle)
     eps = sorted({o.epsilon for o in result.owners})
     eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
     sizes = result.consortium.sizes
@@ -28,26 +31,36 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
         *_data_lines(s.get("data")),
-        f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
-        f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit)",
+        *_psi_lines(s),
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s["psi_final"], s["psi_zero"], s.get("policy")),
-        *_stability_warning(s["step_curvature_max"]),
+        *_yardstick_warning(s.get("psi_final", np.nan), s.get("psi_zero", np.nan), s.get("policy")),
+        *_stability_warning(s.get("step_curvature_max")),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
     return "\n".join(lines)
 
 
+def _psi_lines(s: dict) -> list[str]:
+    """ψ against its yardsticks (oracle measurements), or why they are not shown."""
+    if "psi_final" not in s:
+        return ["psi           not written (--no-oracle: ψ, own-data ψ and who benefits are oracle "
+                "measurements)"]
+    return [f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
+            f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit; "
+            "oracle measurements)"]
+
+
 def _market_lines(s: dict) -> list[str]:
     if "policy" not in s:
         return []
+    simulated = f" vs {s['psi_simulated']:.4g} simulated" if "psi_simulated" in s else ""
+    source = s["forecast"]["source"] if "forecast" in s else "oracle: left out"
     return [f"market        {s['policy']}: {s['participants']} of {s['owners']} owners take part, "
             f"total payment {s['total_payment']:.4g}, learner surplus {s['learner_surplus']:.4g}",
-            f"forecast      psi {s['psi_forecast']:.4g} forecast vs {s['psi_simulated']:.4g} simulated "
-            f"({s['forecast']['source']})", *_dynamic_lines(s)]
+            f"forecast      psi {s['psi_forecast']:.4g} forecast{simulated} ({source})", *_dynamic_lines(s)]
 
 
 def _dynamic_lines(s: dict) -> list[str]:
@@ -71,6 +84,9 @@ def _data_lines(report: dict | None) -> list[str]:
     """Table data: rows held out, dropped on purpose and clipped, so no change goes unseen."""
     if report is None:
         return []
+    if "feature_values_clipped" not in report:  # --no-oracle: the counts that read the private rows
+        return [f"data          {report['rows_read']:,} rows read; hold-out {report['holdout_rows']:,}; "
+                f"{report['features']} features (counts of the private rows: oracle, not written)"]
     left_out = report["owners_below_min_records"] + report["owners_beyond_max_owners"]
     rows_out = report["rows_below_min_records"] + report["rows_beyond_max_owners"]
     unseen = sum(report["unseen_categories"].values())
@@ -107,12 +123,12 @@ def _learner_lines(s: dict) -> list[str]:
     """ρ with its stability number and the floor law's ψ; clipping's bound and share."""
     stability = "" if s["stability_number"] is None else (
         f", stability number {s['stability_number']:.3g} (limit {s['stability_limit']:g})")
-    floor = "" if s["psi_floor_predicted"] is None else (
+    floor = "" if s.get("psi_floor_predicted") is None else (
         f"; noise-free floor (law) {s['psi_floor_predicted']:.3g}")
     lines = [f"step          ρ = {s['rho']:.4g} ({s['rho_source'].split(' from ')[0]}){stability}{floor}"]
-    if "clip_bound" in s:
+    if "clip_bound" in s and "clipped_share" in s:
         lines.append(f"clipping      {s['sensitivity_norm']} bound {s['clip_bound']:.4g}; "
-                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model")
+                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model (oracle)")
     return lines
 
 

@@ -22,29 +22,32 @@ from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
 
 
-def run_identity(scenario) -> Identity:
-    """What a run directory of ``scenario`` holds: its resolved scenario."""
-    return Identity("run", scenario.to_toml())
+def run_identity(scenario, oracle: bool = True) -> Identity:
+    """What a run directory of ``scenario`` holds: its resolved scenario (and, written with
+    ``--no-oracle``, that its summary's oracle measurements were left out)."""
+    return Identity("run", scenario.to_toml(), {} if oracle else {"oracle_written": False})
 
 
-def default_run_dir(scenario) -> Path:
+def default_run_dir(scenario, oracle: bool = True) -> Path:
     """``outputs/NAME-seedSEED``, or ``-2``, ``-3``…: the first holding this very run, or free."""
-    return default_directory(Path("outputs") / f"{scenario.name}-seed{scenario.seed}", run_identity(scenario))
+    return default_directory(Path("outputs") / f"{scenario.name}-seed{scenario.seed}",
+                             run_identity(scenario, oracle))
 
 
 def write_run(result: RunResult, directory: Path, plots: bool = True,
-              painter: Painter | None = None, topology: bool = True) -> None:
+              painter: Painter | None = None, topology: bool = True, oracle: bool = True) -> None:
     """Write every table, the summary and the figures of ``result`` into ``directory``.
 
     Figures go to ``painter`` (a helper process) when given, else are drawn here;
     ``topology=False`` when the caller already wrote ``topology.graphml`` (its picture, which
-    shows the run's load, is drawn here).
+    shows the run's load, is drawn here). ``oracle=False`` (``run --no-oracle``) writes none of the
+    oracle measurements (ψ, own-data ψ, who benefits, θ*, …: summary.json's ``oracle`` lists them).
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
-    write_metrics(result, directory / "metrics.csv")
-    write_owners(result, directory / "owners.csv")
-    (directory / "summary.json").write_text(files.dumps(summary(result), indent=2) + "\n",
+    write_metrics(result, directory / "metrics.csv", oracle)
+    write_owners(result, directory / "owners.csv", oracle)
+    (directory / "summary.json").write_text(files.dumps(summary(result, oracle), indent=2) + "\n",
                                             encoding="utf-8")
     if result.network is not None:
         write_channels(result, directory / "channels.csv")
@@ -52,14 +55,14 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
             write_topology(result.scenario, result.consortium, directory, painter, budgets(result),
                            graphml=topology, draw=plots, load=network_load(result))
     if plots:
-        data = figure_data(result)
+        data = figure_data(result, oracle)
         painter.paint("run", data, str(directory))
-        if result.market is not None and result.market.dynamic is not None:
+        if oracle and result.market is not None and result.market.dynamic is not None:  # its ψ panel
             painter.paint("market_timeline", market_timeline_data(directory, data["title"]), str(directory))
     painter.wait()
     from dpmarket.output.report import run_report  # deferred: only runs that are written need it
 
-    run_report(result, directory, plots)
+    run_report(result, directory, plots, oracle)
 
 
 def market_timeline_data(run_dir: Path, title: str) -> dict:
@@ -105,8 +108,9 @@ def write_topology(scenario, consortium, directory: Path, painter: Painter | Non
     (painter or Painter(enabled=False)).paint("topology", data, str(directory))
 
 
-def figure_data(result: RunResult) -> dict:
-    """The plain data the run figures need (see :class:`dpmarket.output.figures.run.RunFigures`)."""
+def figure_data(result: RunResult, oracle: bool = True) -> dict:
+    """The plain data the run figures need (see :class:`dpmarket.output.figures.run.RunFigures`);
+    without ``oracle`` no ψ (psi.png is not drawn)."""
     s, m = result.scenario, result.training.metrics
     eps = sorted({o.epsilon for o in result.owners})
     eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
@@ -115,19 +119,28 @@ def figure_data(result: RunResult) -> dict:
         "k": list(m.k), "psi": list(m.psi), "own_psi_median": float(np.median(result.own_psi)),
         "psi_zero": float(result.psi_zero),
         **(result.training.sequence.figure() if is_async(result) else {"sequence": [], "density": None}),
-        "owners": len(result.consortium.names),
+        "owners": len(result.consortium.names), "oracle": oracle,
+    } if oracle else {
+        "title": f"{s.name}: N={len(result.owners)}, ε={eps_text}, T={s.learner.iterations}",
+        "k": [], "psi": [], "own_psi_median": float("nan"), "psi_zero": float("nan"),
+        **(result.training.sequence.figure() if is_async(result) else {"sequence": [], "density": None}),
+        "owners": len(result.consortium.names), "oracle": False,
     }
 
 
-def write_metrics(result: RunResult, path: Path) -> None:
-    """``metrics.csv``: k, time, psi at the recorded iterations (the last one included)."""
+def write_metrics(result: RunResult, path: Path, oracle: bool = True) -> None:
+    """``metrics.csv``: k, time, psi at the recorded iterations (the last one included); without
+    ``oracle``, k and time only (ψ is an oracle measurement)."""
     m = result.training.metrics
+    if not oracle:
+        _write_csv(path, ("k", "time"), zip(m.k, m.time, strict=True))
+        return
     _write_csv(path, ("k", "time", "psi"), zip(m.k, m.time, m.psi, strict=True))
 
 
-def write_owners(result: RunResult, path: Path) -> None:
+def write_owners(result: RunResult, path: Path, oracle: bool = True) -> None:
     """``owners.csv``: one row per owner (absent columns of declining owners left empty)."""
-    rows = owner_rows(result)
+    rows = owner_rows(result, oracle)
     header = tuple(max(rows, key=len))
     _write_csv(path, header, ([r.get(key, "") for key in header] for r in rows))
 
@@ -141,16 +154,18 @@ def _write_csv(path: Path, header: tuple, rows) -> None:
 
 
 def run_and_write(scenario, out: Path, progress: bool | Progress = False,
-                  painter: Painter | None = None) -> RunResult:
+                  painter: Painter | None = None, oracle: bool = True) -> RunResult:
     """Run ``scenario`` with its events streamed into a staging copy of ``out``; publish on success.
 
     ``painter`` may be a figure helper the caller started early (it is closed here); ``progress``
-    (True: on stderr when it is a terminal) shows the phases that last.
+    (True: on stderr when it is a terminal) shows the phases that last; ``oracle=False`` writes no
+    oracle measurement (:func:`write_run`).
     """
     from dpmarket.runs.run import execute
 
+    check_oracle_free(scenario, oracle)
     painter, progress = painter or Painter(enabled=scenario.output.plots), progress_of(progress)
-    with painter, run_directory(out, run_identity(scenario)) as staging:
+    with painter, run_directory(out, run_identity(scenario, oracle)) as staging:
         # Drawn while the simulation runs, except in a market run: its budgets are known after the market.
         early = scenario.market is None
 
@@ -160,5 +175,18 @@ def run_and_write(scenario, out: Path, progress: bool | Progress = False,
 
         result = execute(scenario, staging / "events.csv", on_data, progress)
         with progress.phase("writing tables, figures and report.html"):
-            write_run(result, staging, scenario.output.plots, painter, topology=not early)
+            write_run(result, staging, scenario.output.plots, painter, topology=not early, oracle=oracle)
     return result
+
+
+def check_oracle_free(scenario, oracle: bool) -> None:
+    """A run without oracle measurements cannot have a market whose forecast was fitted to pilot runs on
+    the owners' records (``market.pilots.data = "owners"``): its outcome would be one."""
+    m = scenario.market
+    if oracle or m is None or m.forecast is not None or m.pilots.data != "owners":
+        return
+    from dpmarket.errors import ScenarioError
+
+    raise ScenarioError(scenario.source, "market.pilots.data", "owners",
+                        "the market's forecast is then fitted on the owners' private records, so its outcome "
+                        "is an oracle measurement: --no-oracle needs pilots on the public proxy ('proxy')")

@@ -33,10 +33,87 @@ def network_load(result: RunResult) -> dict:
             "transmissions": [ch.transmissions for ch in channels]}
 
 
-def owner_rows(result: RunResult) -> list[dict]:
+# --- oracle measurements: figures computed from the private records without noise ----------------------
+
+ORACLE_NOTE = ("computed from the owners' private records without noise: measurements for the analyst (how "
+               "good the model is, who benefits), not outputs of the protocol, and covered by no ε")
+NO_ORACLE_NOTE = "left out (run --no-oracle): these files hold none of the oracle measurements listed"
+# The table data report's counts that read the private rows beyond their number (they change between
+# neighbouring datasets); the rest (rows read, hold-out, owners left out by size, encoding) is public.
+ORACLE_DATA = ("rows_dropped_missing", "missing_by_column", "feature_values_clipped",
+               "records_with_clipped_features", "labels_clipped", "unseen_categories")
+RUN_ORACLE_KEYS = ("psi_final", "psi_zero", "f_star", "theta_star", "own_psi_median", "owners_benefiting",
+                   "step_curvature_max", "psi_floor_predicted", "clipped_share", "psi_simulated",
+                   "learner_surplus_simulated")
+
+
+def oracle_statement(files: dict[str, list[str]], written: bool = True) -> dict:
+    """The ``oracle`` key of a summary: which figures of which files are oracle measurements."""
+    return {"note": ORACLE_NOTE if written else NO_ORACLE_NOTE, "written": written, **files}
+
+
+PSI_STATISTICS = ["psi_mean", "psi_median", "psi_q25", "psi_q75", "psi_std", "psi_zero", "own_psi_first",
+                  "own_psi_median", "benefit_share_mean"]
+# The oracle measurements of the other outputs, by file: a replicated run, a sweep, a policy comparison.
+REPLICATIONS_ORACLE = {"summary.json": PSI_STATISTICS, "replications.csv": ["psi_final", "owners_benefiting"],
+                       "owners.csv": ["own_psi", "benefit_share"], "metrics.csv": ["psi"],
+                       "figures": ["psi_band.png"]}
+SWEEP_ORACLE = {"sweep.csv": PSI_STATISTICS + ["forecast"],
+                "sweep_owners.csv": ["own_psi", "psi_median", "benefits"],
+                "sweep.json": ["forecast"],  # Theorem 2's constants fitted to the cells' ψ
+                "figures": ["psi_epsilon.png", "psi_records.png", "collaboration.png", "owner_benefit.png",
+                            "convergence.png"]}
+MARKET_ORACLE = {"policies.csv": ["psi_mean", "psi_sd", "psi_min", "psi_max", "learner_surplus_simulated"],
+                 "figures": ["psi_payment.png"]}
+
+
+def run_oracle(result: RunResult) -> dict[str, list[str]]:
+    """The oracle measurements of a run directory, by file (summary.json keys dotted)."""
+    keys = [k for k in RUN_ORACLE_KEYS if k not in ("psi_simulated", "learner_surplus_simulated")
+            or result.market is not None]
+    if result.consortium.report is not None:
+        keys += [f"data.{k}" for k in ORACLE_DATA]
+    if result.market is not None and result.scenario.market.pilots.data == "owners" \
+            and result.scenario.market.forecast is None:  # pilots on the private records: the deal too
+        keys += ["forecast", "psi_forecast", "learner_surplus", "learner_value"]
+    figures = ["psi.png"] + (["market_timeline.png"] if result.market is not None
+                             and result.market.dynamic is not None else [])
+    return {"summary.json": keys, "owners.csv": ["own_psi", "benefits"], "metrics.csv": ["psi"],
+            "figures": figures}
+
+
+def _present(document: dict, key: str) -> bool:
+    """Whether the dotted ``key`` is in ``document``."""
+    head, _, rest = key.partition(".")
+    return head in document and (not rest or rest in (document[head] or {}))
+
+
+def public_only(document: dict, oracle: dict[str, list[str]]) -> dict:
+    """``document`` (summary.json) without the keys ``oracle`` lists for it (dotted: nested)."""
+    out = dict(document)
+    for key in oracle["summary.json"]:
+        head, _, rest = key.partition(".")
+        if rest and isinstance(out.get(head), dict):
+            out[head] = {k: v for k, v in out[head].items() if k != rest}
+        else:
+            out.pop(head, None)
+    return out
+
+
+def owner_rows(result: RunResult, oracle: bool = True) -> list[dict]:
     """One dict per scenario owner with the columns of ``owners.csv``, every row with the same keys
     (market runs: every owner, with its market columns; an owner that declined has ε = 0, no
-    answers, ``participates = false`` and no training or network figures)."""
+    answers, ``participates = false`` and no training or network figures); without ``oracle``,
+    no oracle column (own_psi, benefits)."""
+    rows = _owner_rows(result)
+    if not oracle:
+        for row in rows:
+            row.pop("own_psi", None)
+            row.pop("benefits", None)
+    return rows
+
+
+def _owner_rows(result: RunResult) -> list[dict]:
     counts = result.training.log.counts_by_owner
     roster, network = result.roster, None
     rows = []
@@ -125,8 +202,17 @@ def _tick_kind(result: RunResult) -> str:
     return "query" if result.network is None else "tick"
 
 
-def summary(result: RunResult) -> dict:
-    """The ``summary.json`` content (contract fields of design §7 first)."""
+def summary(result: RunResult, oracle: bool = True) -> dict:
+    """The ``summary.json`` content (contract fields of design §7 first), with ``oracle`` naming the
+    oracle measurements of the run directory; without ``oracle`` (``run --no-oracle``) none of them."""
+    full = _summary(result)
+    listed = run_oracle(result)
+    listed["summary.json"] = [k for k in listed["summary.json"] if _present(full, k)]
+    full["oracle"] = oracle_statement(listed, oracle)
+    return full if oracle else public_only(full, listed)
+
+
+def _summary(result: RunResult) -> dict:
     s, t, counts = result.scenario, result.training, result.training.log.counts
     own = result.own_psi
     return {

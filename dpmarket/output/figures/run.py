@@ -33,15 +33,18 @@ class RunFigures:
     sequence: list[int]  # i_k per update; empty for synchronous learners or beyond sequence.EXACT
     owners: int
     density: dict | None = None  # beyond sequence.EXACT: updates counted per owner row and block of k
+    oracle: bool = True  # False (run --no-oracle): no ψ, so no psi.png
 
 
 MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a density
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
-    """Write ``psi.png`` (and ``timeline.png`` for asynchronous runs) into ``directory``."""
+    """Write ``psi.png`` (an oracle measurement: not with ``--no-oracle``) and ``timeline.png`` (for
+    asynchronous runs) into ``directory``."""
     directory = Path(directory)
-    psi_against_k(data, directory / "psi.png")
+    if data.oracle:
+        psi_against_k(data, directory / "psi.png")
     if data.sequence or data.density:
         owner_sequence(data, directory / "timeline.png")
 
