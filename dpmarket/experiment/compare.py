@@ -22,7 +22,7 @@ from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
 from dpmarket.output.directories import Identity
 from dpmarket.output.summary import oracle_statement
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.guarantee import stated
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
@@ -203,8 +203,7 @@ def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Ident
 
 def guarantee_of(scenario: Scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee (every policy shares it)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    return stated(scenario)
 
 
 def table(rows: list[dict], out: Path, source: str = "", scenario: Scenario | None = None) -> str:

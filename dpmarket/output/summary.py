@@ -8,7 +8,7 @@ import numpy as np
 
 from dpmarket.learning.stepsize import STABILITY_LIMIT
 from dpmarket.markets.outcome import learner_value
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.guarantee import stated
 from dpmarket.runs.run import RunResult
 
 
@@ -245,9 +245,8 @@ def _summary(result: RunResult) -> dict:
 
 def privacy_summary(scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
-    (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    and for which neighbouring relation (:func:`dpmarket.privacy.guarantee.stated`)."""
+    return stated(scenario)
 
 
 def accountants_used(owners) -> dict[str, int]:

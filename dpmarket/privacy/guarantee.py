@@ -13,13 +13,25 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dpmarket.scenario.schema import Privacy
+    from dpmarket.scenario.schema import Privacy, Scenario
 
 MECHANISMS = ("laplace", "gaussian")
 ACCOUNTANTS = ("basic", "rdp", "pld")
 NORMS = {"laplace": "L1", "gaussian": "L2"}  # the sensitivity each mechanism is calibrated to
 ACCOUNTANT_NAMES = {"rdp": "RDP", "pld": "PLD (privacy-loss distribution)"}
-STATEMENT_KEYS = ("mechanism", "accountant", "delta", "sensitivity_norm", "guarantee")
+STATEMENT_KEYS = ("mechanism", "accountant", "delta", "sensitivity_norm", "guarantee", "neighbouring")
+# The neighbouring relation every guarantee here is stated for (Theorem 1: one answer's sensitivity is
+# the largest shift between two such datasets). Add/remove is not covered: n_i is published (owners.csv,
+# the learner's weights n_i/n) and sets the noise scale 2Ξm_i/(n_iε_i), so adding a record is visible.
+NEIGHBOURING = ("replace-one: two datasets are neighbours when they differ in one record of one owner, "
+                "every owner's number of records n_i being public and the same in both (add/remove "
+                "neighbours are not covered: n_i is published and sets the noise)")
+MISSING_DROP = ("data.table.missing = 'drop': rows with a missing value are left out before the owners are "
+                "formed, so the guarantee covers the records that remain; whether a row was complete is "
+                "treated as public, as n_i is (a record that turns incomplete changes n_i, which is "
+                "published)")
+SMALL_DROP = ("data.table.small_owners = 'drop' leaves out owners by their number of records alone: public "
+              "under this relation, it reveals nothing more")
 
 
 @dataclass(frozen=True)
@@ -74,4 +86,17 @@ class Guarantee:
             text = (f"(ε, δ)-DP: m_i {self.mechanism} answers composed by dp-accounting's "
                     f"{ACCOUNTANT_NAMES[self.accountant]} accountant")
         return {"mechanism": self.mechanism, "accountant": self.accountant,
-                "delta": 0.0 if self.pure else self.delta, "sensitivity_norm": self.norm, "guarantee": text}
+                "delta": 0.0 if self.pure else self.delta, "sensitivity_norm": self.norm, "guarantee": text,
+                "neighbouring": NEIGHBOURING}
+
+
+def stated(scenario: Scenario) -> dict:
+    """A scenario's guarantee as its outputs state it (:meth:`Guarantee.statement`), the neighbouring
+    relation with what a table's drop options mean for it."""
+    statement = Guarantee.of(scenario.privacy).statement()
+    table = scenario.data.table if scenario.data.source == "table" else None
+    notes = [n for n, on in ((MISSING_DROP, table is not None and table.missing == "drop"),
+                             (SMALL_DROP, table is not None and table.small_owners == "drop")) if on]
+    if notes:
+        statement["neighbouring"] = "; ".join([NEIGHBOURING, *notes])
+    return statement
