@@ -26,7 +26,9 @@ def summary_table(result: RunResult, out: Path, oracle: bool = True) -> str:
         f"(per owner {sizes.min():,}…{sizes.max():,})",
         f"model         {s['loss']} loss, {s['algorithm']} learner, ε = {eps_text}, "
         f"Ξ = {s['sensitivity']:.4g} ({s['sensitivity_norm']})",
-        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else ""),
+        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else "")
+        + ("; noise from the system's secure generator (not reproducible)"
+           if s.get("noise", "").startswith("system") else ""),
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),

@@ -13,7 +13,7 @@ from dpmarket.data import Consortium
 from dpmarket.errors import CalibrationError, DeltaError, MarketError, ScenarioError
 from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.privacy.guarantee import Guarantee
-from dpmarket.privacy.mechanisms import answer_cap
+from dpmarket.privacy.mechanisms import SystemNoise, answer_cap
 from dpmarket.privacy.owners import DataOwner, answer_bound
 from dpmarket.scenario.schema import OwnerSpec, Scenario
 
@@ -98,10 +98,18 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     try:
         return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
                          guarantee=guarantee, answers=answers, xi=xi,
-                         noise_rng=streams.stream(scenario.seed, "noise", i),
+                         noise_rng=noise_stream(scenario, i),
                          theta_max=scenario.model.theta_max, clip=clip)
     except CalibrationError as exc:
         raise _unreachable(scenario, i, epsilon, answers, exc) from None
+
+
+def noise_stream(scenario: Scenario, i: int):
+    """Owner i's noise generator: its ``noise`` stream of the run's seed, or the operating system's
+    secure generator with ``privacy.noise = "system"`` (nothing published regenerates it)."""
+    if scenario.privacy.noise == "system":
+        return SystemNoise()
+    return streams.stream(scenario.seed, "noise", i)
 
 
 def check_delta(scenario: Scenario, i: int, guarantee: Guarantee, records: int) -> None:

@@ -90,10 +90,22 @@ class Guarantee:
                 "neighbouring": NEIGHBOURING}
 
 
+NOISE = {
+    "seeded": ("seeded: every draw comes from the run's seed, which scenario.toml and summary.json publish, "
+               "so anyone holding them regenerates the noise (a simulator's reproducibility, not a "
+               "deployment's secrecy; privacy.noise = 'system' draws from the operating system instead); "
+               "numpy's textbook floating-point samplers (docs/guides/privacy.md: Mironov 2012)"),
+    "system": ("system: every draw comes from the operating system's secure generator (os.urandom), which "
+               "nothing published regenerates; the run is not reproducible bit for bit; textbook "
+               "floating-point samplers still (docs/guides/privacy.md: Mironov 2012)"),
+}
+
+
 def stated(scenario: Scenario) -> dict:
     """A scenario's guarantee as its outputs state it (:meth:`Guarantee.statement`), the neighbouring
-    relation with what a table's drop options mean for it."""
+    relation with what a table's drop options mean for it, and where the noise comes from."""
     statement = Guarantee.of(scenario.privacy).statement()
+    statement["noise"] = NOISE[scenario.privacy.noise or "seeded"]
     table = scenario.data.table if scenario.data.source == "table" else None
     notes = [n for n, on in ((MISSING_DROP, table is not None and table.missing == "drop"),
                              (SMALL_DROP, table is not None and table.small_owners == "drop")) if on]

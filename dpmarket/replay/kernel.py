@@ -34,7 +34,7 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.learning.objective import CLIP_MARGIN
-from dpmarket.privacy.mechanisms import noise_kind
+from dpmarket.privacy.mechanisms import SystemNoise, noise_kind
 from dpmarket.privacy.owners import DataOwner, project
 from dpmarket.replay import compiled
 from dpmarket.schedule.tape import CHUNK, NO_ASKED, Chunk
@@ -172,6 +172,8 @@ class Noise:
         self.scale = np.array([o.scale for o in owners])
         self.capacity = np.asarray(capacity, dtype=np.int64)
         self.drawn = np.zeros((len(seeds), len(owners)), dtype=np.int64)
+        # privacy.noise = "system": every replication draws from the operating system's generator
+        self.system = next((o.noise.rng for o in owners if isinstance(o.noise.rng, SystemNoise)), None)
         self.dim = owners[0].noise.dim if owners else 0
 
     def exchanges(self, slots: np.ndarray, answers: np.ndarray, valid: np.ndarray, k0: int) -> Drawn:
@@ -234,6 +236,9 @@ class Noise:
         """Open the streams of these (replication, slot) pairs that are not open yet, all at once
         (:func:`dpmarket.rng.streams` hashes their entropies together, a fraction of one at a time)."""
         new = [key for key in keys if key not in self.gens]
+        if self.system is not None:
+            self.gens.update(dict.fromkeys(new, self.system))
+            return
         made = streams.streams([(self.seeds[r], "noise", self.index[slot]) for r, slot in new])
         self.gens.update(zip(new, made, strict=True))
 
@@ -241,7 +246,7 @@ class Noise:
         """Owner ``slot``'s noise stream in replication r (opened at its first use)."""
         gen = self.gens.get((r, slot))
         if gen is None:
-            gen = self.gens[r, slot] = streams.stream(self.seeds[r], "noise", self.index[slot])
+            gen = self.gens[r, slot] = self.system or streams.stream(self.seeds[r], "noise", self.index[slot])
         return gen
 
 

@@ -156,6 +156,9 @@ class Privacy(_Strict):
     sensitivity: Literal["bounds", "clip"] = "bounds"
     clip: PosFloat | Literal["auto"] | None = None
     clip_quantile: Annotated[float, Field(gt=0, le=1)] = 0.999
+    # Where the noise comes from: unset or "seeded", the run's seed (reproducible; the published seed
+    # regenerates every draw); "system", the operating system's secure generator (not reproducible).
+    noise: Literal["seeded", "system"] | None = None
 
 
 class Learner(_Strict):

@@ -239,3 +239,39 @@ def test_owners_calibrate_to_the_floating_point_sensitivity():
     assert owner.scale == pytest.approx(2 * xi * 200 / (owner.data.n * 0.5) * (1 + kappa), rel=1e-15)
     assert _gaussian_delta(float(get_sigma_gaussian(1.0, 1e-6)), 1.0) > 1e-6
     assert _gaussian_delta(basic_gaussian(1.0, 1e-6), 1.0) <= 1e-6
+
+
+# --- the opt-in noise source (issue 28, F7) ----------------------------------------------------------
+
+def test_system_noise_has_the_stated_laws():
+    """20,000 draws from os.urandom: KS at α = 10⁻⁴ accepts Laplace(0, 1) and N(0, 1) and rejects a
+    10 % wider law (a wrong input)."""
+    from dpmarket.privacy.mechanisms import SystemNoise
+
+    gen = SystemNoise()
+    laplace, normal = gen.laplace(0.0, 1.0, (4000, 5)).ravel(), gen.standard_normal((4000, 5)).ravel()
+    assert ks_accepts(laplace, stats.laplace()) and ks_accepts(normal, stats.norm())
+    assert not ks_accepts(laplace, stats.laplace(scale=1.1)) and not ks_accepts(normal, stats.norm(scale=1.1))
+
+
+def test_system_noise_is_not_regenerated_by_the_seed(tmp_path):
+    """privacy.noise = "system": two runs of one seed share their schedule (events.csv) but not their
+    noise (metrics.csv differs), in a single run and in replications alike, and summary.json says where
+    the noise came from; the seeded default gives the same bytes twice (the wrong input: reproducible)."""
+    import json
+
+    from dpmarket.output.results import run_and_write
+    from dpmarket.runs.replications import final_psis
+
+    for source, same in (("system", False), ("seeded", True)):
+        for k in (1, 2):
+            run_and_write(tiny(privacy={"noise": source}), tmp_path / f"{source}{k}")
+        a, b = tmp_path / f"{source}1", tmp_path / f"{source}2"
+        assert (a / "events.csv").read_bytes() == (b / "events.csv").read_bytes()
+        assert ((a / "metrics.csv").read_bytes() == (b / "metrics.csv").read_bytes()) == same
+        assert json.loads((a / "summary.json").read_text())["noise"].startswith(source)
+    scenario = tiny(privacy={"noise": "system"})
+    consortium = build_consortium(scenario)
+    objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 1.0)
+    assert final_psis(scenario, [5, 6], consortium, objective) != final_psis(scenario, [5, 6], consortium,
+                                                                          objective)
