@@ -372,7 +372,9 @@ def _owners_frame(plan, by_cell: list[list[dict]]) -> pd.DataFrame:
 class MarketComparison:
     """Policies compared on common random numbers: ``policies`` (the policies.csv table), ``owners``
     (market.csv: per policy and owner, with the market's seed), ``runs`` (policy, replication, seed,
-    psi: every training run), ``summary`` (seeds, policies, the forecast and its source)."""
+    psi: every training run), ``summary`` (seeds, policies, the forecast and its source); with
+    ``properties=True``, ``properties`` (properties.csv: one row per policy) and ``owner_properties``
+    (owner_properties.csv: per policy and owner), else None."""
 
     scenario: Scenario
     summary: dict
@@ -380,13 +382,17 @@ class MarketComparison:
     owners: pd.DataFrame
     runs: pd.DataFrame
     out: Path | None = None
+    properties: pd.DataFrame | None = None
+    owner_properties: pd.DataFrame | None = None
 
 
 def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: int = 1,
            seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
-           workers: int = 1, progress: bool = False) -> MarketComparison:
+           workers: int = 1, progress: bool = False, properties: bool = False) -> MarketComparison:
     """``dpmarket market``: every policy settled on the same owners and forecast, each trained on the
-    same ``replications`` seeds (the scenario's own seed for one)."""
+    same ``replications`` seeds (the scenario's own seed for one); ``properties`` adds the property
+    table (``market --properties``: individual rationality, truthfulness, budget, welfare, fairness,
+    replication robustness; docs/guides/mechanism-lab.md)."""
     import pandas as pd
 
     from dpmarket.experiment import compare
@@ -397,7 +403,8 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     resolved = load(scenario, seed, overrides)
     text = policies if isinstance(policies, str) else ",".join(policies)
     names = compare.parse_policies(text, resolved, resolved.source)
-    comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress)
+    comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress,
+                                 properties=properties)
     rows = compare.write(comparison, Path(out)) if out is not None else compare.policy_rows(comparison)
     owners = pd.DataFrame(compare.market_rows(comparison))
     owners.insert(0, "seed", comparison.scenario.seed)
@@ -407,8 +414,14 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     summary = {"scenario": comparison.scenario.name, "seed": comparison.scenario.seed,
                "seeds": comparison.seeds, "policies": [r["policy"] for r in rows],
                "forecast": {**comparison.forecast, "source": comparison.forecast_source}}
+    table = lab = None
+    if properties:
+        summary["best_welfare"] = compare.best_facts(comparison)
+        table = pd.DataFrame(compare.property_rows(comparison))
+        lab = pd.DataFrame(compare.owner_property_rows(comparison))
+        lab.insert(0, "seed", comparison.scenario.seed)
     return MarketComparison(comparison.scenario, summary, pd.DataFrame(rows), owners, runs,
-                            None if out is None else Path(out))
+                            None if out is None else Path(out), table, lab)
 
 
 
@@ -439,21 +452,21 @@ def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = N
     against the owner's claim. Nothing is written unless ``out`` names a directory."""
     import pandas as pd
 
-    from dpmarket.output import audit as audits
+    from dpmarket.output import results
     from dpmarket.runs.audit import audit as run_audit
     from dpmarket.system.progress import of as progress_of
 
     resolved = load(scenario, seed, overrides)
     runs = runs if runs is not None else (1 if method == "one-run" else 2000)
-    facts = audits.settings(owner, runs, view, method, confidence)
+    facts = results.audit_settings(owner, runs, view, method, confidence)
     if out is not None:
         from dpmarket.output import directories
 
         out = Path(out)
-        directories.check(out, audits.identity(resolved, facts))
+        directories.check(out, results.audit_identity(resolved, facts))
     result = run_audit(resolved, owner, runs, view, method, confidence, progress=progress_of(progress))
     if out is not None:
-        audits.write(result, out, facts, resolved.output.plots)
-    return Audit(resolved, audits.summary(result, facts), pd.DataFrame(result.rows()),
-                 pd.DataFrame(audits.score_rows(result), columns=["view", "world", "run", "half", "score"]),
+        results.write_audit(result, out, facts, resolved.output.plots)
+    return Audit(resolved, results.audit_summary(result, facts), pd.DataFrame(result.rows()),
+                 pd.DataFrame(results.score_rows(result), columns=["view", "world", "run", "half", "score"]),
                  result.passed, result, out)

@@ -34,13 +34,17 @@ EXAMPLES = {
   dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
     "timeline": """examples:
   dpmarket timeline outputs/ny_hospitals-seed2015
-  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5""",
+  dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5
+  dpmarket timeline outputs/ny_hospitals-seed2015 --format markdown --from 2 --to 3
+  dpmarket timeline outputs/ny_hospitals-seed2015 --format csv --table waits > waits.csv
+  dpmarket timeline outputs/ny_hospitals-seed2015 --trace ny.json   then open ny.json in ui.perfetto.dev""",
     "forecast": """examples:
   dpmarket forecast banks_market
   dpmarket forecast ny_hospitals --set market.price=10""",
     "market": """examples:
   dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
-  dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2""",
+  dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2
+  dpmarket market banks_market --policies posted_price,auction,marginal --replications 10 --properties""",
     "audit": """examples:
   dpmarket audit lending_banks --runs 2000                 owner 0, its answers and the published model
   dpmarket audit ny_hospitals --owner 5 --view answers --set learner.iterations=200
@@ -102,12 +106,21 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--quiet", action="store_true", help="print nothing when valid")
     _add_set(check)
     line = _command(sub, "timeline", "summarise and draw a run's communication timeline", (
-        "Print a run's per-owner communication summary and channel load, and redraw its "
-        "timeline.png for the owners and time window chosen."))
+        "Print a run's per-owner communication summary, channel load and answers (shares of time "
+        "online, in exchange and colliding; gaps between updates; who waited longest; what happened "
+        "in the window), and redraw its timeline.png for the owners and time window chosen; or write "
+        "the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
     line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    line.add_argument("--format", dest="form", choices=("text", "csv", "markdown"), default="text",
+                      help="print the answers as tables: shares online, in exchange and colliding, gaps "
+                           "between updates, who waited longest, what happened in the window (default text)")
+    line.add_argument("--table", choices=("shares", "channels", "gaps", "waits", "happened", "spans"),
+                      help="with --format csv or markdown: print this table only")
+    line.add_argument("--trace", type=Path, metavar="FILE.json",
+                      help="write the run as a Chrome trace (Perfetto, chrome://tracing) instead")
     fc = _command(sub, "forecast", "forecast psi and each owner's benefit, without training", (
         "Print the forecast psi of the owners that would take part (under the scenario's market, "
         "or at their budgets) and whether each owner is forecast to benefit; no training run."))
@@ -128,6 +141,10 @@ def _parser() -> argparse.ArgumentParser:
     mk.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     mk.add_argument("--workers", type=_positive, default=1, metavar="N",
                     help="worker processes for the training runs (default 1; results do not depend on it)")
+    mk.add_argument("--properties", action="store_true",
+                    help="also judge each policy: individual rationality, truthfulness, budget, welfare "
+                         "and efficiency, Shapley fairness, replication (Sybil) robustness; writes "
+                         "properties.csv, owner_properties.csv and a report section")
     _add_set(mk)
     au = _command(sub, "audit", "audit a scenario's privacy: an empirical lower bound on epsilon", (
         "Run the scenario's protocol many times on two neighbouring datasets (one record of one owner "
@@ -257,9 +274,14 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _timeline(args: argparse.Namespace) -> int:
+    if args.trace is not None:
+        from dpmarket.output.timeline import write_trace
+
+        print(write_trace(args.run_dir, args.trace, args.owners, args.t0, args.t1))
+        return 0
     from dpmarket.output.figures import timeline as timeline_plot
 
-    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1))
+    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, args.table))
     return 0
 
 
@@ -276,32 +298,34 @@ def _market(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
-    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications))
+    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications),
+                            args.properties)
     out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
     directories.check(out, what)  # before the work: another comparison's results are never replaced
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
-                                 progress=not args.quiet)
+                                 progress=not args.quiet, properties=args.properties)
     rows = compare.write(comparison, out)
     print(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
+    if args.properties:
+        print(compare.property_table(compare.property_rows(comparison)))
     return 0
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from dpmarket.output import audit as audits
-    from dpmarket.output import directories
+    from dpmarket.output import console, directories, results
     from dpmarket.runs.audit import audit
     from dpmarket.system.progress import of as progress_of
 
     scenario = _load(args)
     runs = args.runs or (1 if args.method == "one-run" else 2000)
-    facts = audits.settings(args.owner, runs, args.view, args.method, args.confidence)
-    out = args.out or audits.default_dir(scenario, facts)
-    directories.check(out, audits.identity(scenario, facts))  # before the work: other results stay
+    facts = results.audit_settings(args.owner, runs, args.view, args.method, args.confidence)
+    out = args.out or results.default_audit_dir(scenario, facts)
+    directories.check(out, results.audit_identity(scenario, facts))  # before the work: other results stay
     result = audit(scenario, args.owner, runs, args.view, args.method, args.confidence,
                    progress=progress_of(not args.quiet))
-    audits.write(result, out, facts, scenario.output.plots)
-    print(audits.table(result, out))
-    return audits.exit_status(result)
+    results.write_audit(result, out, facts, scenario.output.plots)
+    print(console.audit_table(result, out))
+    return console.audit_exit_status(result)
 
 
 def _scenarios() -> int:

@@ -9,7 +9,7 @@ scenario's own, so a policy's simulated ψ equals what ``run`` gives with that p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +17,8 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.data.problem import prepare
 from dpmarket.errors import _MISSING, ScenarioError
+from dpmarket.markets.lab import properties as lab
+from dpmarket.markets.lab.welfare import Best
 from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
@@ -41,7 +43,8 @@ class PolicyResult:
 
 @dataclass(frozen=True)
 class Comparison:
-    """All policies of one comparison, with the seeds and forecast they shared."""
+    """All policies of one comparison, with the seeds and forecast they shared; with ``properties``,
+    each policy's property table (dpmarket/markets/lab/properties.py) and the best welfare found."""
 
     scenario: Scenario
     results: list[PolicyResult]
@@ -50,6 +53,8 @@ class Comparison:
     forecast: dict
     names: list[str]
     records: np.ndarray
+    properties: list[lab.Properties] | None = None
+    best: tuple[Best, Best] | None = None  # (the reference: within the budget if any; the first best)
 
 
 def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
@@ -91,13 +96,15 @@ def pinned(scenario: Scenario) -> Scenario:
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
             cache: Path | None = None, workers: int = 1,
-            progress: bool | Progress = False) -> Comparison:
+            progress: bool | Progress = False, properties: bool = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
     randomness (clocks, selection, channel, noise), not the owners. The training runs go to
     ``workers`` processes (the numbers do not depend on how many). ``progress`` (True: on a
-    terminal) shows the data stage, the pilots and the training runs.
+    terminal) shows the data stage, the pilots and the training runs. ``properties`` adds each
+    policy's property table (individual rationality, truthfulness, budget, welfare, fairness,
+    replication: dpmarket/markets/lab/properties.py), measured on the same forecast and runs.
     """
     from dpmarket.experiment.policy_runs import final_psi
 
@@ -114,8 +121,18 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     psi = iter(final_psi(base, consortium, objective, jobs, workers, progress))
     results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
                                         dtype=float)) for o in outcomes]
-    return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
-                      consortium.sizes)
+    comparison = Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
+                            consortium.sizes)
+    if not properties:
+        return comparison
+    with progress.phase("the policies' properties", total=len(results) + 1, unit="policy") as bar:
+        best = lab.references(sellers, forecast, base.market, outcomes)
+        bar.update()
+        table = []
+        for r in results:
+            table.append(lab.evaluate(r.outcome, r.psi, sellers, forecast, base.market, base.seed, *best))
+            bar.update()
+    return replace(comparison, properties=table, best=best)
 
 
 def policy_rows(c: Comparison) -> list[dict]:
@@ -152,8 +169,32 @@ def market_rows(c: Comparison) -> list[dict]:
     return rows
 
 
+def property_rows(c: Comparison) -> list[dict]:
+    """``properties.csv``: one row per policy (empty without properties)."""
+    return [lab.policy_row(p, r.outcome) for p, r in zip(c.properties or [], c.results, strict=False)]
+
+
+def owner_property_rows(c: Comparison) -> list[dict]:
+    """``owner_properties.csv``: one row per policy and owner (empty without properties)."""
+    return [row for p, r in zip(c.properties or [], c.results, strict=False)
+            for row in lab.owner_rows(p, r.outcome, c.names)]
+
+
+def best_facts(c: Comparison) -> dict:
+    """The best welfare found (the efficiency's reference) for summary.json."""
+    best, first = c.best
+    facts = {"welfare_best": best.welfare, "members": np.flatnonzero(best.members).tolist(),
+             "epsilon": [float(e) for e in best.epsilon[best.members]], "psi_forecast": best.psi,
+             "within_budget": c.scenario.market.budget, "method": best.method}
+    if first is not best:
+        facts["welfare_first_best"] = first.welfare
+        facts["first_best_members"] = np.flatnonzero(first.members).tolist()
+    return facts
+
+
 def write(c: Comparison, target: Path) -> list[dict]:
-    """Write the comparison directory atomically: tables, figures, report.html, summary, scenario."""
+    """Write the comparison directory atomically: tables, figures, report.html, summary, scenario
+    (with properties: properties.csv, owner_properties.csv, three more figures and a report section)."""
 
     from dpmarket.output.directories import run_directory
     from dpmarket.output.figures import market as plots
@@ -161,7 +202,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
     from dpmarket.output.results import _write_csv
 
     rows = policy_rows(c)
-    what = identity(c.scenario, [r.outcome.policy for r in c.results], c.seeds)
+    what = identity(c.scenario, [r.outcome.policy for r in c.results], c.seeds, c.properties is not None)
     with run_directory(target, what) as staging:
         (staging / "scenario.toml").write_text(c.scenario.to_toml(), encoding="utf-8")
         _write_csv(staging / "policies.csv", tuple(rows[0]), (r.values() for r in rows))
@@ -176,9 +217,14 @@ def write(c: Comparison, target: Path) -> list[dict]:
                    "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
                    "forecast": {**c.forecast, "source": c.forecast_source},
                    "oracle": oracle_statement(market_oracle(c.scenario))}
+        section = None
+        if c.properties is not None:
+            summary["properties"] = True
+            summary["best_welfare"] = best_facts(c)
+            section = _write_properties(c, staging, title, _write_csv)
         (staging / "summary.json").write_text(files.dumps(summary, indent=2) + "\n", encoding="utf-8")
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
-                      [staging / "psi_payment.png", staging / "epsilons.png"])
+                      [staging / "psi_payment.png", staging / "epsilons.png"], properties=section)
     return rows
 
 
@@ -195,10 +241,46 @@ def market_oracle(scenario: Scenario) -> dict[str, list[str]]:
     return listed
 
 
-def identity(scenario: Scenario, policies: list[str], seeds: list[int]) -> Identity:
+def _write_properties(c: Comparison, staging: Path, title: str, write_csv) -> dict:
+    """properties.csv, owner_properties.csv and the lab's three figures; what the report shows of them."""
+    from dpmarket.output.figures import mechanism
+
+    table, owners = property_rows(c), owner_property_rows(c)
+    write_csv(staging / "properties.csv", tuple(table[0]), (r.values() for r in table))
+    write_csv(staging / "owner_properties.csv", tuple(owners[0]), (r.values() for r in owners))
+    best, first = c.best
+    names = ("welfare_payment.png", "payment_shapley.png", "misreport_gain.png")
+    figures = [staging / name for name in names]
+    mechanism.welfare_against_payment(table, best.welfare, None if first is best else first.welfare, title,
+                                      figures[0])
+    mechanism.payments_against_shapley(owners, title, figures[1])
+    mechanism.misreport_gains(owners, title, figures[2])
+    return {"rows": table, "owners": owners, "figures": figures, "method": best.method}
+
+
+def identity(scenario: Scenario, policies: list[str], seeds: list[int], properties: bool = False) -> Identity:
     """What a comparison directory holds: the scenario (data seed pinned, as :func:`compare` runs
-    it), the policies and the seeds; the same command may write it again, nothing else."""
-    return Identity("market", pinned(scenario).to_toml(), {"policies": list(policies), "seeds": list(seeds)})
+    it), the policies and the seeds (and whether it has the property table); the same command may
+    write it again, nothing else."""
+    facts = {"policies": list(policies), "seeds": list(seeds)}
+    if properties:
+        facts["properties"] = True
+    return Identity("market", pinned(scenario).to_toml(), facts)
+
+
+def property_table(rows: list[dict]) -> str:
+    """The property table for the terminal: one line per policy (``properties.csv`` has every column)."""
+    lines = [f"{'policy':<20} {'IR viol':>7} {'lie: gain>0':>11} {'max':>8} {'split4 max':>10} "
+             f"{'efficiency':>10} {'r(pay,Shap)':>11} {'share dist':>10} {'surplus sim':>11}"]
+    for r in rows:
+        lines.append(f"{r['policy']:<20} {r['ir_violation_share']:>7.2f} {r['misreport_gain_share']:>11.2f} "
+                     f"{r['misreport_gain_max']:>8.3g} {r.get('sybil4_gain_max', float('nan')):>10.3g} "
+                     f"{r['efficiency']:>10.3f} {r['payment_shapley_correlation']:>11.3f} "
+                     f"{r['payment_shapley_share_distance']:>10.3f} {r['surplus_simulated']:>11.4g}")
+    lines.append("IR viol: share of owners below zero utility; lie: share gaining from a misreported cost, "
+                 "largest gain; split4: largest gain from 4 fake owners; share dist: payment shares against "
+                 "Shapley shares (0: in proportion); all columns in properties.csv")
+    return "\n".join(lines)
 
 
 def guarantee_of(scenario: Scenario) -> dict:

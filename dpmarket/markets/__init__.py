@@ -1,4 +1,4 @@
-"""The market for privacy budgets (design §6): who sells which ε, for what payment.
+"""The market for privacy budgets: who sells which ε, for what payment.
 
 No training and no command code here: a market takes the forecast ψ̂ as an input (how it is
 calibrated, by pilot runs, lives in :mod:`dpmarket.runs.pilots`). Modules, in the order data flows
@@ -13,6 +13,8 @@ through them:
 - :mod:`~dpmarket.markets.outcome`: what a policy decides: ε, payments, costs, utilities
 - :mod:`~dpmarket.markets.stage`: a run's market stage: the scenario's policy applied
 - :mod:`~dpmarket.markets.dynamic`: the market in time: prices, payments, joins and leaves as events
+- :mod:`~dpmarket.markets.lab`: the mechanism lab: each policy's properties (rationality, truthfulness,
+  budget, welfare, fairness, replication) on the forecast
 
 The package is named ``markets`` so that ``dpmarket.market(...)``, the notebook API's policy
 comparison, stays a function.

@@ -1,4 +1,4 @@
-"""Compensation policies (design §6): how the learner buys ε from the owners.
+"""Compensation policies: how the learner buys ε from the owners.
 
 Every policy maps (sellers, forecast, market settings) to an :class:`Outcome`. The learner's
 value of a model is ``value·max(0, 1 − ψ̂)`` with ψ̂ the forecast of §4 over the owners that
@@ -27,12 +27,13 @@ import numpy as np
 from dpmarket import rng as streams
 from dpmarket.markets.costs import Cost
 from dpmarket.markets.forecast import Forecaster
-from dpmarket.markets.members import Prefixes
+from dpmarket.markets.members import Prefixes, Subsets
 from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.sellers import Sellers
 from dpmarket.scenario.schema import Market
 
-EXHAUSTIVE_UP_TO = 10  # owners: exact subset search (procurement) and exact Shapley values
+EXHAUSTIVE_UP_TO = 10  # owners: exact subset search (procurement)
+SHAPLEY_EXACT_UP_TO = 20  # players: exact Shapley values by enumerating all 2^k coalitions (~1 M at 20)
 SHAPLEY_STREAM = 2**31 - 1  # sub-index of the "market" stream for permutation sampling
 
 
@@ -289,39 +290,70 @@ def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, mask
 
 def shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray,
             seed: int) -> np.ndarray:
-    """Shapley values of the ``players`` in the game V (others absent); exact for ≤ 10 players.
+    """Shapley values of the ``players`` in the game V (others absent); exact for ≤ 20 players.
 
-    Exact: φ_i = Σ_{S ∌ i} |S|!(k−|S|−1)!/k! (V(S ∪ i) − V(S)) over all subsets. Beyond 10
-    players: the mean marginal contribution over ``market.shapley_samples`` random orders
-    drawn from the "market" stream (unbiased; its standard error falls as 1/√samples).
+    Exact: φ_i = Σ_{S ∌ i} |S|!(k−|S|−1)!/k! (V(S ∪ i) − V(S)) over all subsets, their worths from one
+    batched ``f.coalitions`` call (:func:`exact_shapley`). Beyond 20 players: the mean marginal
+    contribution over ``market.shapley_samples`` random orders drawn from the "market" stream
+    (unbiased; its standard error falls as 1/√samples, :func:`shapley_with_error`).
     """
+    return shapley_with_error(s, f, m, eps, players, seed)[0]
+
+
+def shapley_with_error(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray,
+                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(φ, its standard error per owner): the error is 0 where φ is exact (≤ 20 players)."""
     idx = np.flatnonzero(players)
+    if len(idx) == 0:
+        return np.zeros(s.count), np.zeros(s.count)
+    if len(idx) <= SHAPLEY_EXACT_UP_TO:
+        return exact_shapley(lambda c: coalition_values(s, f, m, eps, c), idx, s.count), np.zeros(s.count)
+    return sampled_shapley(s, f, m, eps, idx, streams.stream(seed, "market", SHAPLEY_STREAM))
+
+
+def exact_shapley(worth: Callable, idx: np.ndarray, owners: int) -> np.ndarray:
+    """Exact Shapley values of the players ``idx`` in the game ``worth`` (V of coalitions given as a
+    (K, owners) mask or as members.Subsets; V(∅) = 0), by enumeration: the 2^k worths in one call,
+    then per player a weighted sum over the 2^(k−1) subsets without it (vectorised). Up to 10 players
+    the coalitions go as masks in itertools' order (the values are those of the loop this replaced,
+    to the bit); beyond, as :class:`Subsets` (~1 M for 20 players, no (K, N) mask)."""
     k = len(idx)
-    phi = np.zeros(s.count)
-    if k == 0:
-        return phi
+    codes = np.arange(1 << k, dtype=np.int64)
     if k <= EXHAUSTIVE_UP_TO:
-        bits = np.array(list(itertools.product([False, True], repeat=k)))
-        masks = np.zeros((len(bits), s.count), bool)
-        masks[:, idx] = bits
-        v = coalition_values(s, f, m, eps, masks)
-        size = bits.sum(axis=1)
-        weight = np.array([factorial(z) * factorial(k - z - 1) / factorial(k) if z < k else 0.0
-                           for z in size])
-        codes = bits @ (1 << np.arange(k - 1, -1, -1))
-        lookup = np.empty(1 << k)
-        lookup[codes] = v
-        for j, i in enumerate(idx):
-            bit = 1 << (k - 1 - j)
-            without = ~bits[:, j]
-            phi[i] = np.sum(weight[without] * (lookup[codes[without] | bit] - v[without]))
-        return phi
-    return _shapley_sampled(s, f, m, eps, idx, streams.stream(seed, "market", SHAPLEY_STREAM))
+        masks = np.zeros((len(codes), owners), bool)
+        masks[:, idx] = ((codes[:, None] >> np.arange(k - 1, -1, -1)) & 1).astype(bool)
+        v = np.asarray(worth(masks), dtype=float)
+    else:
+        v = np.asarray(worth(Subsets(np.asarray(idx), owners)), dtype=float)
+    v[0] = 0.0  # V(∅) = 0 whatever the game says of nobody
+    size = _popcount(codes)
+    by_size = np.array([factorial(z) * factorial(k - z - 1) / factorial(k) if z < k else 0.0
+                        for z in range(k + 1)])
+    weight = by_size[size]
+    phi = np.zeros(owners)
+    for j, i in enumerate(idx):
+        bit = np.int64(1) << (k - 1 - j)
+        without = (codes & bit) == 0
+        phi[i] = np.sum(weight[without] * (v[codes[without] | bit] - v[without]))
+    return phi
 
 
-def _shapley_sampled(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx: np.ndarray,
-                     gen: np.random.Generator) -> np.ndarray:
-    """Monte-Carlo Shapley: average marginal contributions along random orders of ``idx``.
+def _popcount(codes: np.ndarray) -> np.ndarray:
+    """Set bits per code (numpy ≥ 2 has it built in)."""
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(codes).astype(np.int64)
+    count, rest = np.zeros_like(codes), codes.copy()
+    while rest.any():
+        count += rest & 1
+        rest >>= 1
+    return count
+
+
+def sampled_shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx: np.ndarray,
+                    gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Monte-Carlo Shapley values and their standard errors: marginal contributions along random
+    orders of ``idx`` (each order gives every player one contribution; φ is their mean, the error
+    their standard deviation over √samples).
 
     Every prefix of every order is a coalition whose value comes from ``f.coalitions``, like any
     other; given as :class:`Prefixes`, the forecast sums along the orders instead of over masks.
@@ -331,7 +363,13 @@ def _shapley_sampled(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx:
     marginal = np.diff(np.concatenate([np.zeros((len(v), 1)), v], axis=1), axis=1)
     phi = np.zeros(s.count)
     np.add.at(phi, orders.ravel(), marginal.ravel())
-    return phi / m.shapley_samples
+    phi /= m.shapley_samples
+    per_order = np.zeros((len(orders), s.count))
+    per_order[np.arange(len(orders))[:, None], orders] = marginal
+    se = np.zeros(s.count)
+    if m.shapley_samples > 1:
+        se[idx] = per_order[:, idx].std(axis=0, ddof=1) / np.sqrt(m.shapley_samples)
+    return phi, se
 
 
 def leave_one_out(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray) -> np.ndarray:

@@ -1,5 +1,5 @@
 """The text printed after a command: a run's key figures and the warnings that name the lever to pull,
-and an experiment's short summary read from its output files."""
+an experiment's short summary read from its output files, and an audit's table and verdict."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dpmarket.output.summary import summary
+from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult
 from dpmarket.scenario.checks import BUDGET_KEYS
 
@@ -214,3 +215,43 @@ def _where(meta: dict) -> str:
     if meta["scheduler"]:
         return f"the Dask cluster at {meta['scheduler']}"
     return f"{meta['executor']} x {meta['workers']}"
+
+
+# --- an audit (``dpmarket audit``) ----------------------------------------------------------------
+
+# Exit status of an audit whose lower bound exceeds the claim (0: it does not; 2: a user error).
+VIOLATION = 3
+
+
+def audit_table(result: AuditResult, out: Path | None = None) -> str:
+    """The audit as terminal text: the claim, one line per adversary, the verdict."""
+    lines = [f"audit         {result.scenario.name} (seed {result.scenario.seed}): owner {result.owner} "
+             f"({result.name}), {result.mechanism} noise, {result.accountant} accountant, m_i = "
+             f"{result.answers_allowed}",
+             f"claimed       (ε, δ) = ({result.epsilon:g}, {result.delta:g}), replace-one neighbours",
+             f"canary        {result.canary}",
+             f"runs          {result.runs:,}" + (" per world" if result.method == "worlds" else "")
+             + f"; the owner's answers per run: {result.answers_seen:.3g} on average"
+             if result.method == "worlds" else f"runs          {result.runs:,} ({result.method})",
+             ""]
+    if result.method == "worlds":
+        lines.append(f"{'adversary':<10} {'FP':>11} {'FN':>11} {'FPR <=':>8} {'FNR <=':>8} "
+                     f"{'eps (est.)':>10} {'eps >= (conf.)':>16}")
+    for a in result.audits:
+        if isinstance(a, ViewAudit):
+            r = a.rates
+            lines.append(f"{a.view:<10} {r.false_positives:>5}/{r.negatives:<5} {r.false_negatives:>5}/"
+                         f"{r.positives:<5} {r.false_positive_upper:>8.4f} {r.false_negative_upper:>8.4f} "
+                         f"{r.epsilon_estimate:>10.4g} {a.epsilon_lower:>8.4g} ({1 - r.level:.1%})")
+        else:
+            lines.append(f"by one run  {a.correct:,} of {a.guesses:,} canaries guessed right: ε ≥ "
+                         f"{a.epsilon_lower:.4g} ({1 - a.level:.0%} confidence)")
+    lines += ["", f"verdict       {result.verdict}"]
+    if out is not None:
+        lines.append(f"written to    {out}")
+    return "\n".join(lines)
+
+
+def audit_exit_status(result: AuditResult) -> int:
+    """0 when the lower bound does not exceed the claim, :data:`VIOLATION` when it does."""
+    return 0 if result.passed else VIOLATION

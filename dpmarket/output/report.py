@@ -2,7 +2,10 @@
 
 A report is a list of blocks (headings, paragraphs, tables, figures) rendered to a single
 HTML file a user opens in a browser with no network: CSS inline, figures embedded as base64
-PNG, no JavaScript. Every text and table cell is HTML-escaped, so names from scenario files
+PNG. A run's report also holds an interactive timeline (:class:`Interactive`): a small canvas script
+of dpmarket's own (``timeline.js``, about 10 kB, inlined), not Bokeh or Plotly, whose inlined
+libraries would add 1 to 4 MB to every report and, for Bokeh, random ids that would break same
+seed, same bytes. Every text and table cell is HTML-escaped, so names from scenario files
 cannot inject markup. The file is written atomically (a temporary sibling renamed into place)
 and contains no timestamp or wall time, so the same run gives the same bytes.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -46,6 +50,12 @@ figure { margin: 1em 0; }
 figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: .9em; color: #555; }
 p.note { color: #666; font-size: .9em; }
+div.dpm-canvas { position: relative; overflow: hidden; }
+div.dpm-tip { display: none; position: absolute; white-space: pre; background: #fff; border: 1px solid #999;
+              padding: .3em .5em; font-size: .8em; pointer-events: none; }
+span.dpm-key { display: inline-block; width: .9em; height: .9em; margin: 0 .2em 0 .6em;
+               vertical-align: middle; }
+div.dpm-controls select { vertical-align: top; min-width: 16em; }
 """.strip()
 
 
@@ -89,7 +99,14 @@ class Facts:
     rows: Sequence[tuple[str, str]]
 
 
-Block = Heading | Text | Table | Figure | Facts
+@dataclass(frozen=True)
+class Interactive:
+    """The interactive timeline: ``data`` from :meth:`dpmarket.output.views.Interactive.data`."""
+
+    data: dict
+
+
+Block = Heading | Text | Table | Figure | Facts | Interactive
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -129,6 +146,8 @@ def _render_block(block: Block) -> str:
         return _render_figure(block)
     if isinstance(block, Facts):
         return _render_facts(block)
+    if isinstance(block, Interactive):
+        return _render_interactive(block)
     raise TypeError(f"not a report block: {block!r}")
 
 
@@ -196,6 +215,33 @@ def _render_facts(facts: Facts) -> str:
     return f'<div class="scroll"><table class="facts">{caption}{rows}</table></div>'
 
 
+_LEGEND = (("applied", "#2ca02c"), ("lost to collision", "#d62728"), ("lost to loss", "#ff7f0e"),
+           ("refused", "#9467bd"), ("dropped offline", "#8c564b"), ("offline", "#dddddd"),
+           ("budget exhausted", "#f1e6f7"), ("collision window", "#d62728"))
+
+
+def _render_interactive(block: Interactive) -> str:
+    """The timeline's controls, canvas and data, and its script (inline: the page stays offline)."""
+    script = (Path(__file__).with_name("timeline.js")).read_text(encoding="utf-8")
+    # JSON inside <script>: no "<", ">" or "&" can end the element or open a comment
+    data = json.dumps(block.data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    data = data.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    legend = " ".join(f'<span class="dpm-key" style="background:{c}"></span>{_esc(n)}' for n, c in _LEGEND)
+    note = block.data.get("note")
+    return "\n".join([
+        '<div id="dpm-timeline" class="dpm-timeline">',
+        '<div class="dpm-controls"><button type="button" class="dpm-in">zoom in</button> '
+        '<button type="button" class="dpm-out">zoom out</button> '
+        '<button type="button" class="dpm-reset">whole run</button> '
+        '<label>owners (none chosen: all) <select multiple size="3"></select></label></div>',
+        f'<p class="note">Wheel: zoom; drag: pan; double click: the whole run; hover: details. {legend}</p>',
+        '<div class="dpm-canvas"><canvas></canvas><div class="dpm-tip"></div></div>',
+        *([f'<p class="note">Shown: {_esc(note)}.</p>'] if note else []),
+        "</div>",
+        f'<script type="application/json" id="dpm-timeline-data">{data}</script>',
+        f"<script>\n{script}</script>"])
+
+
 def _esc(text: str) -> str:
     return html.escape(str(text), quote=True)
 
@@ -207,7 +253,9 @@ RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
                 "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted); "
                 "every ψ is an oracle measurement."),
-    ("timeline.png", "The owner served at each update (the papers' Figures 4 and 9)."),
+    ("timeline.png", "The communication timeline: each owner's exchanges over simulated time coloured "
+                     "by outcome (or counted per time bin for many owners), outages shaded, collisions "
+                     "marked; below, the owner served at each update (the papers' Figures 4 and 9)."),
     ("market_timeline.png", "The market in time (market.mode = \"dynamic\"): the posted price, the owners "
                             "taking part, what the learner has paid so far and ψ of its model (log scale), "
                             "against simulated time; read from the market rows of events.csv."),
@@ -216,12 +264,14 @@ RUN_FIGURES = (
 )
 
 
-def run_report(result: RunResult, directory: Path, plots: bool | None = None, oracle: bool = True) -> Path:
+def run_report(result: RunResult, directory: Path, plots: bool | None = None,
+               timeline: dict | None = None, oracle: bool = True) -> Path:
     """``report.html`` of one run: the headline, the figures already in ``directory``, the owners,
     then every value of summary.json, with a note naming its oracle measurements (none of which is
     shown with ``oracle=False``: ``run --no-oracle``).
 
-    ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``).
+    ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``);
+    ``timeline``, the interactive timeline's data (:class:`Interactive`), if it is to be shown.
     ``wall_seconds`` is left out so that the page, like every other file but
     ``summary.json``, is byte-identical for the same seed.
     """
@@ -242,6 +292,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None, or
         Text(oracle_text(facts["oracle"])),
         Heading("Figures"),
         *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
+        *([Heading("Timeline"), Interactive(timeline)] if timeline is not None else []),
         Heading("Owners"),
         Table(caption, owners, max_rows=100),
         Heading("Summary"),
@@ -423,9 +474,11 @@ def _figure_blocks(figures: list[Path]) -> list[Block]:
 
 def market_report(directory: Path, title: str, summary: dict, policies: Sequence[Mapping[str, Any]],
                   market: Sequence[Mapping[str, Any]], figures: list[Path],
-                  owners_per_policy: int = 25) -> Path:
+                  owners_per_policy: int = 25, properties: dict | None = None) -> Path:
     """``report.html`` of a policy comparison: policies.csv, both figures, market.csv trimmed to the
-    first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json."""
+    first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json;
+    with ``properties`` (rows, owners, figures, method of ``market --properties``) a section of the
+    property table, its figures and owner_properties.csv trimmed likewise."""
     shown = [r for r in market if r["owner"] < owners_per_policy]
     owners = len({r["owner"] for r in market})
     caption = ("market.csv: every owner under every policy" if len(shown) == len(market) else
@@ -441,10 +494,33 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
         *_figure_blocks(figures),
         Heading("Owners"),
         Table(caption, shown, max_rows=len(shown)),
+        *(_property_blocks(properties, owners_per_policy) if properties else []),
         Heading("Summary"),
         _facts_table("summary.json", summary),
     ]
     return write_report(directory, title, blocks)
+
+
+def _property_blocks(properties: dict, owners_per_policy: int) -> list[Block]:
+    """The mechanism lab's section: definitions in one paragraph, the table, figures, owners."""
+    owners = properties["owners"]
+    shown = [r for r in owners if r["owner"] < owners_per_policy]
+    return [
+        Heading("Properties"),
+        Text("Individual rationality: share of owners with negative realised utility (payment − cost + "
+             "model gain at each replication's simulated ψ) and the worst utility, ± standard error over "
+             "replications. Truthfulness: each owner's best gain from reporting its cost coefficient times "
+             "¼ … 4, the others truthful (on the forecast). Welfare: value − costs, forecast and simulated, "
+             "over the best any coalition and budgets reach under the forecast (" + properties["method"]
+             + "). Fairness: Shapley values of the learner's value over each policy's participants at "
+             "the ε they sold, and the correlation of payments with them. Replication: an owner's gain "
+             "from splitting its records into k = 2, 4 fake owners. Definitions: "
+             "docs/guides/mechanism-lab.md."),
+        Table("properties.csv: one row per policy", properties["rows"], max_rows=len(properties["rows"])),
+        *_figure_blocks(properties["figures"]),
+        Table(f"owner_properties.csv, owners below {owners_per_policy} under each policy "
+              f"({len(owners)} rows in the file)", shown, max_rows=len(shown)),
+    ]
 
 
 # Captions of the experiment and market figures (output.sweep_plots, output.market_plots), by file name.
@@ -465,6 +541,13 @@ FIGURE_CAPTIONS = {
                        "(hollow) against each policy's total payment; one marker shape per policy, "
                        "policies that paid the same side by side.",
     "epsilons.png": "The ε chosen by the participating owners under each policy.",
+    "welfare_payment.png": "Welfare (learner's value − owners' costs; filled: simulated ± one standard "
+                           "error, hollow: forecast) against each policy's total payment; dashed: the "
+                           "best welfare under the forecast (dotted: the first best without a budget).",
+    "payment_shapley.png": "Each participant's payment against its Shapley value of the learner's value "
+                           "among the policy's participants; dashed: payment = Shapley value.",
+    "misreport_gain.png": "Each owner's best gain from misreporting its cost coefficient (¼ … 4 times "
+                          "the truth), per policy; white: no gain.",
 }
 
 

@@ -1,4 +1,4 @@
-"""Run directories (design §7): written whole or not at all, with the resolved scenario.
+"""Run directories (docs/reference/outputs.md): written whole or not at all, with the resolved scenario.
 
 Files are written into a hidden sibling directory which is renamed into place only when the
 run succeeded, so a failed or interrupted run never leaves a half-written directory behind
@@ -13,9 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
+from dpmarket.output import spans, views
 from dpmarket.output.directories import Identity, default_directory, run_directory
 from dpmarket.output.figures.painter import Painter
 from dpmarket.output.summary import budgets, network_load, owner_rows, summary
+from dpmarket.privacy import auditing
+from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult, is_async
 from dpmarket.system import files
 from dpmarket.system.progress import Progress
@@ -45,6 +48,10 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     """
     painter = painter or Painter(enabled=False)
     (directory / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
+    lanes = view = None
+    if WRITE_SPANS and (directory / "events.csv").is_file():
+        lanes, view = timeline_sinks(result) if plots else (None, None)
+        write_spans(result, directory, [lanes.add, view.add] if plots else [])
     write_metrics(result, directory / "metrics.csv", oracle)
     write_owners(result, directory / "owners.csv", oracle)
     (directory / "summary.json").write_text(files.dumps(summary(result, oracle), indent=2) + "\n",
@@ -57,12 +64,43 @@ def write_run(result: RunResult, directory: Path, plots: bool = True,
     if plots:
         data = figure_data(result, oracle)
         painter.paint("run", data, str(directory))
-        if oracle and result.market is not None and result.market.dynamic is not None:  # its ψ panel
+        if lanes is not None:
+            painter.paint("timeline", lanes.data(data["title"]), str(directory))
+        if oracle and result.market is not None and result.market.dynamic is not None:  # ψ panel
             painter.paint("market_timeline", market_timeline_data(directory, data["title"]), str(directory))
     painter.wait()
     from dpmarket.output.report import run_report  # deferred: only runs that are written need it
 
-    run_report(result, directory, plots, oracle)
+    run_report(result, directory, plots, view.data() if view is not None else None, oracle)
+
+
+WRITE_SPANS = True  # benchmarks/bench_timeline.py turns it off to time a run without spans
+
+
+def span_timing(result: RunResult) -> spans.Timing:
+    """What pairing events into spans needs to know of ``result`` (:class:`spans.Timing`)."""
+    net = result.scenario.network
+    return spans.Timing(net.mode, net.transmission_time, net.latency, not is_async(result),
+                        spans.run_end(result.stop_reason, net.horizon, result.training.time))
+
+
+def timeline_sinks(result: RunResult) -> tuple[views.Lanes, views.Interactive]:
+    """What the run's timeline.png and report.html's interactive timeline gather from its spans."""
+    s, names = result.scenario, list(result.consortium.names)
+    counts, timing = result.training.log.counts, span_timing(result)
+    network = s.network.mode != "ideal"
+    channel_of = [s.owner_value(i, "channel") if network else 0 for i in range(len(names))]
+    exchanges = counts["request"] if s.network.mode == "request" else counts["query"]
+    lanes = views.Lanes(names, channel_of, 0.0, timing.end, exchanges=exchanges,
+                        iterations=s.learner.iterations)
+    return lanes, views.Interactive(names, timing.end)
+
+
+def write_spans(result: RunResult, directory: Path, sinks: list[spans.Sink] = ()) -> int:
+    """``spans.csv``: the run's intervals, paired from its events.csv (:mod:`dpmarket.output.spans`);
+    each block of spans also goes to ``sinks``. Returns the number of spans."""
+    return spans.write(directory / "events.csv", directory / "spans.csv", list(result.consortium.names),
+                       span_timing(result), sinks)
 
 
 def market_timeline_data(run_dir: Path, title: str) -> dict:
@@ -190,3 +228,102 @@ def check_oracle_free(scenario, oracle: bool) -> None:
     raise ScenarioError(scenario.source, "market.pilots.data", "owners",
                         "the market's forecast is then fitted on the owners' private records, so its outcome "
                         "is an oracle measurement: --no-oracle needs pilots on the public proxy ('proxy')")
+
+
+# --- an audit's directory (``dpmarket audit``) -----------------------------------------------------
+#
+# | file | content |
+# | --- | --- |
+# | ``scenario.toml`` | the resolved scenario audited |
+# | ``summary.json`` | the owner, its claimed (ε, δ), the canary, each adversary's bound, the verdict |
+# | ``audit.csv`` | the table: one row per adversary (error counts, rates and their exact upper bounds, ε) |
+# | ``scores.csv`` | every run's score by each adversary (world, run, half: threshold or count) |
+# | ``audit_roc.png`` | each adversary's ROC curve against the claimed (ε, δ) frontier |
+
+def audit_identity(result_or_scenario, facts: dict) -> Identity:
+    """What an audit directory holds: its kind, the resolved scenario and the audit's settings."""
+    scenario = getattr(result_or_scenario, "scenario", result_or_scenario)
+    return Identity("audit", scenario.to_toml(), facts)
+
+
+def audit_settings(owner: int | None, runs: int, view: str, method: str, confidence: float) -> dict:
+    """The audit's own settings (summary.json keys), which a directory's identity includes."""
+    return {"owner_asked": owner, "runs": runs, "view": view, "method": method, "confidence": confidence}
+
+
+def default_audit_dir(scenario, facts: dict) -> Path:
+    """``outputs/NAME-audit-seedSEED``, or ``-2``…: the first holding this very audit, or free."""
+    return default_directory(Path("outputs") / f"{scenario.name}-audit-seed{scenario.seed}",
+                             audit_identity(scenario, facts))
+
+
+def audit_summary(result: AuditResult, facts: dict) -> dict:
+    """``summary.json`` of an audit."""
+    return {"scenario": result.scenario.name, "seed": result.scenario.seed, **facts,
+            "owner": result.owner, "name": result.name, "epsilon_claimed": result.epsilon,
+            "delta": result.delta, "mechanism": result.mechanism, "accountant_used": result.accountant,
+            "answer_cap": result.answers_allowed, "noise_scale": result.noise_scale,
+            "sensitivity": result.sensitivity, "answers_seen_per_run": result.answers_seen,
+            "neighbouring": "replace-one: the two worlds differ in one record of this owner, n_i unchanged",
+            "canary": result.canary, "epsilon_lower": result.epsilon_lower,
+            "passed": result.passed, "verdict": result.verdict, "adversaries": result.rows()}
+
+
+def write_audit(result: AuditResult, out: Path, facts: dict, plots: bool = True) -> None:
+    """The audit's directory (see the module's table), written whole or not at all."""
+    with run_directory(out, audit_identity(result, facts)) as staging:
+        (staging / "scenario.toml").write_text(result.scenario.to_toml(), encoding="utf-8")
+        (staging / "summary.json").write_text(files.dumps(audit_summary(result, facts), indent=2) + "\n",
+                                              encoding="utf-8")
+        _write_rows(staging / "audit.csv", result.rows())
+        _write_rows(staging / "scores.csv", score_rows(result))
+        curves = roc_data(result)
+        if plots and curves["curves"]:
+            painter = Painter(enabled=False)
+            painter.paint("audit_roc", curves, str(staging))
+
+
+def score_rows(result: AuditResult) -> list[dict]:
+    """Every run's score by each adversary of a two-world audit (none for the audit by one run)."""
+    rows = []
+    for a in result.audits:
+        if not isinstance(a, ViewAudit):
+            continue
+        for world, scores in enumerate(a.scores):
+            for run, score in enumerate(scores.tolist()):
+                rows.append({"view": a.view, "world": world, "run": run,
+                             "half": "threshold" if run < a.calibration else "count", "score": score})
+    return rows
+
+
+def roc_data(result: AuditResult) -> dict:
+    """The plain lists ``audit_roc.png`` draws (:func:`dpmarket.output.figures.sweep.draw_roc`)."""
+    curves = []
+    for a in result.audits:
+        if not isinstance(a, ViewAudit):
+            continue
+        fpr, tpr = auditing.roc(*a.evaluated())
+        r = a.rates
+        curves.append({"view": a.view, "fpr": fpr.tolist(), "tpr": tpr.tolist(), "runs": r.negatives,
+                       "point": [r.false_positive_rate, 1.0 - r.false_negative_rate],
+                       "fpr_upper": r.false_positive_upper, "fnr_upper": r.false_negative_upper,
+                       "epsilon_lower": a.epsilon_lower})
+    title = (f"{result.scenario.name}: audit of owner {result.owner} ({result.name}), "
+             f"{result.runs:,} runs per world")
+    return {"title": title, "epsilon": result.epsilon, "delta": result.delta, "curves": curves}
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    """Rows of dicts as CSV (floats as repr: every digit), columns in order of first appearance."""
+    header: list[str] = []
+    for row in rows:
+        header += [k for k in row if k not in header]
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow([_cell(row.get(k, "")) for k in header])
+
+
+def _cell(value):
+    return repr(value) if isinstance(value, float) else value

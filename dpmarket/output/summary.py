@@ -203,7 +203,7 @@ def _tick_kind(result: RunResult) -> str:
 
 
 def summary(result: RunResult, oracle: bool = True) -> dict:
-    """The ``summary.json`` content (contract fields of design §7 first), with ``oracle`` naming the
+    """The ``summary.json`` content (the contract's fields first), with ``oracle`` naming the
     oracle measurements of the run directory; without ``oracle`` (``run --no-oracle``) none of them."""
     full = _summary(result)
     listed = run_oracle(result)

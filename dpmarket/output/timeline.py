@@ -1,12 +1,11 @@
-"""Inspecting a run's communication timeline: per-owner figures, channel load, and a picture.
+"""Inspecting a run's communication timeline: per-owner figures, channel load, questions, a trace.
 
-Everything is computed from the run directory (``events.csv``, ``owners.csv``, ``channels.csv``,
-``scenario.toml``) with vectorised pandas, so a run of millions of events is summarised in
-seconds. The picture draws one lane per owner up to :data:`MAX_LANES` selected owners
-(exchanges as dots, collisions as red crosses, offline periods as grey bars); beyond that,
-lanes would be unreadable, so it switches to heat maps of exchanges, collisions and the share
-of time offline per time bin and per group of consecutive owners (at most 100 rows: owners are
-binned, never subsampled), which stay legible for 10,000 owners.
+Everything is computed from the run directory (``events.csv``, ``spans.csv``, ``owners.csv``,
+``channels.csv``, ``scenario.toml``) with vectorised pandas, so a run of millions of events is
+summarised in seconds. The picture (:mod:`dpmarket.output.figures.timeline`) is drawn from spans.csv
+(:class:`dpmarket.output.views.Lanes`: one lane per owner up to ``views.MAX_LANES`` selected owners,
+beyond that lanes of channels or owner groups counted per time bin, so 10,000 owners stay legible);
+``--trace`` writes the Chrome trace (:mod:`dpmarket.output.trace`).
 """
 
 from __future__ import annotations
@@ -21,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from dpmarket.errors import TimelineError
+from dpmarket.output import spans, trace, views
 
-MAX_LANES = 50
 MAX_ROWS = 40
 EVENT_TYPES = {"time": "float64", "kind": "category", "owner": "int64", "k": "float64",
                "epsilon_spent": "float64", "channel": "float64"}
@@ -53,6 +52,223 @@ def load_run(path: str | Path) -> Run:
     channels = pd.read_csv(path / "channels.csv") if (path / "channels.csv").is_file() else None
     scenario = tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8"))
     return Run(path, events, pd.read_csv(path / "owners.csv"), channels, scenario)
+
+
+def settings(path: Path) -> tuple[dict, dict, list[str]]:
+    """A run directory's scenario.toml and summary.json as dicts, and its owners' names (owners.csv),
+    read without events.csv (which may be large)."""
+    import csv
+    import json
+
+    for name in ("events.csv", "owners.csv", "scenario.toml"):
+        if not (path / name).is_file():
+            raise TimelineError(f"{path}: not a run directory (no {name})")
+    with open(path / "owners.csv", newline="", encoding="utf-8") as fh:
+        names = [row["name"] for row in csv.DictReader(fh)]
+    summary = path / "summary.json"  # a hand-made directory may leave it out: the log's last time ends it
+    return (tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8")),
+            json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}, names)
+
+
+def spans_of(path: Path) -> Path:
+    """The run's spans.csv, paired from its events.csv first if the run was written without it."""
+    from dpmarket.system import files
+
+    target = path / "spans.csv"
+    if not target.is_file():
+        scenario, summary, names = settings(path)
+        timing = spans.timing_of(scenario, summary)
+        files.write_atomic(target, lambda temp: spans.write(path / "events.csv", temp, names, timing))
+    return target
+
+
+def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = None, t0: float | None = None,
+                t1: float | None = None) -> str:
+    """``timeline --trace``: the run as a Chrome Trace Event Format file (:mod:`dpmarket.output.trace`);
+    returns what was written, in a few lines."""
+    from dpmarket.system import files
+
+    path, target = Path(run_dir), Path(target)
+    scenario, summary, names = settings(path)
+    timing = spans.timing_of(scenario, summary)
+    start, stop = (0.0 if t0 is None else t0), (timing.end if t1 is None else t1)
+    if stop <= start:
+        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
+    chosen = select_owners(owners, names) if owners else None
+    metrics = pd.read_csv(path / "metrics.csv")
+    source = spans_of(path)
+    other: dict = {}
+
+    def write(temp: Path) -> None:
+        other.update(trace.write_trace(path, temp, names, timing, source,
+                                       (metrics["time"].tolist(), metrics["psi"].tolist()),
+                                       chosen=chosen, t0=start, t1=stop, title=path.name))
+
+    with files.writing(target):
+        files.write_atomic(target, write)
+    counts = ", ".join(f"{v:,} {k.replace('_', ' ')}" for k, v in other["counts"].items())
+    return (f"trace written to {target} ({target.stat().st_size / 1e6:.1f} MB, {other['trace_events']:,} "
+            f"events): {other['owners']}; detail {other['detail']}\n{counts}\n"
+            f"open it at https://ui.perfetto.dev (Open trace file) or in chrome://tracing (Load)")
+
+
+def lanes_of(run: Run, selected: np.ndarray, t0: float, t1: float) -> views.Lanes:
+    """The timeline figure's data for ``selected`` owners over [t0, t1], gathered from spans.csv."""
+    names = list(run.owners["name"])
+    channels = run.owners["channel"] if "channel" in run.owners else pd.Series(0, index=run.owners.index)
+    channel_of = channels.fillna(0).astype(int).tolist()
+    events = run.events
+    mine = events[events["owner"].isin(selected) & (events["time"] >= t0) & (events["time"] <= t1)]
+    starts = "request" if (run.events["kind"] == "request").any() else "query"
+    iterations = int(run.scenario.get("learner", {}).get("iterations", 0)) or int(run.events["k"].max() or 0)
+    lanes = views.Lanes(names, channel_of, t0, t1, selected, exchanges=int((mine["kind"] == starts).sum()),
+                        iterations=iterations)
+    for block in spans.read(spans_of(run.path)):
+        lanes.add(block)
+    return lanes
+
+
+QUESTIONS = ("shares", "channels", "gaps", "waits", "happened", "spans")
+TOP = 10  # rows of the gaps table
+WINDOW_ROWS = 100  # spans listed for a window (all are counted in "happened")
+
+
+def questions(run: Run, selected: np.ndarray, t0: float, t1: float) -> dict[str, pd.DataFrame]:
+    """The timeline's answers over [t0, t1], from spans.csv, as tables:
+
+    - ``shares``: per owner, the share of the window online, in an exchange, and with a message of
+      its colliding, and its exchanges by outcome;
+    - ``channels``: per channel, its owners' mean shares online and in exchange, and the share of
+      the window inside collision windows;
+    - ``gaps``: the longest gaps between consecutive updates of the learner, with who was served
+      before and after;
+    - ``waits``: who waited longest: each owner's longest time without an applied exchange (the
+      window's ends count as bounds), longest first;
+    - ``happened`` and ``spans``: what happened in the window: spans per kind and outcome, and the
+      first WINDOW_ROWS of them by start.
+    """
+    names = list(run.owners["name"])
+    table = spans.read_all(spans_of(run.path))
+    width = t1 - t0
+    table = table[(table["end"] >= t0) & (table["start"] <= t1)]
+    inside = (table["end"].clip(t0, t1) - table["start"].clip(t0, t1)).to_numpy()
+    kind, outcome, owner = table["kind"].to_numpy(), table["outcome"].to_numpy(), table["owner"].to_numpy()
+    n = len(names)
+
+    def per_owner(mask: np.ndarray) -> np.ndarray:
+        return np.bincount(owner[mask & (owner >= 0)], weights=inside[mask & (owner >= 0)], minlength=n)[:n]
+
+    exchange = kind == spans.EXCHANGE
+    shares = pd.DataFrame({
+        "owner": np.arange(n), "name": names,
+        "channel": run.owners.get("channel", 0),
+        "online": 1 - per_owner(kind == spans.OUTAGE) / width, "in_exchange": per_owner(exchange) / width,
+        "colliding": per_owner((kind == spans.TRANSMISSION) & (outcome == spans.LOST_COLLISION)) / width,
+        **{spans.OUTCOMES[o]: np.bincount(owner[exchange & (outcome == o) & (owner >= 0)], minlength=n)[:n]
+           for o in (spans.APPLIED, spans.LOST_COLLISION, spans.LOST_LOSS, spans.REFUSED, spans.DROPPED,
+                     spans.UNFINISHED)}})
+    chosen = shares.iloc[selected].reset_index(drop=True)
+    windows = kind == spans.WINDOW
+    channel = table["channel"].to_numpy()
+    by_channel = chosen.groupby("channel").agg(owners=("owner", "size"), online=("online", "mean"),
+                                               in_exchange=("in_exchange", "mean")).reset_index()
+    by_channel["colliding"] = [inside[windows & (channel == c)].sum() / width for c in by_channel["channel"]]
+    updates = table[exchange & (outcome == spans.APPLIED)].sort_values("end", kind="stable")
+    return {"shares": chosen, "channels": by_channel, "gaps": _gaps(updates, names),
+            "waits": _waits(updates, selected, names, t0, t1),
+            **_happened(table, selected, names)}
+
+
+def _gaps(updates: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """The TOP longest gaps between consecutive updates, longest first."""
+    t, k, who = updates["end"].to_numpy(), updates["k"].to_numpy(), updates["owner"].to_numpy()
+    if len(t) < 2:
+        return pd.DataFrame(columns=["from", "to", "length", "k_before", "owner_before", "k_after",
+                                     "owner_after"])
+    lengths = np.diff(t)
+    order = np.argsort(-lengths, kind="stable")[:TOP]
+    return pd.DataFrame({"from": t[order], "to": t[order + 1], "length": lengths[order],
+                         "k_before": k[order].astype(int), "owner_before": [names[i] for i in who[order]],
+                         "k_after": k[order + 1].astype(int),
+                         "owner_after": [names[i] for i in who[order + 1]]})
+
+
+def _waits(updates: pd.DataFrame, selected: np.ndarray, names: list[str], t0: float,
+           t1: float) -> pd.DataFrame:
+    """Each selected owner's longest time without an applied exchange in [t0, t1], longest first."""
+    rows = []
+    served = updates.groupby("owner")["end"]
+    groups = {o: g.to_numpy() for o, g in served}
+    for i in selected.tolist():
+        times = np.concatenate([[t0], groups.get(i, np.zeros(0)), [t1]])
+        gaps = np.diff(times)
+        at = int(np.argmax(gaps))
+        rows.append({"owner": i, "name": names[i], "longest_wait": gaps[at], "from": times[at],
+                     "to": times[at + 1], "updates": len(times) - 2})
+    waits = pd.DataFrame(rows, columns=["owner", "name", "longest_wait", "from", "to", "updates"])
+    waits = waits.sort_values(["longest_wait", "owner"], ascending=[False, True], kind="stable")
+    return waits.reset_index(drop=True)
+
+
+def _happened(table: pd.DataFrame, selected: np.ndarray, names: list[str]) -> dict[str, pd.DataFrame]:
+    """Spans of the window per kind and outcome, and the first WINDOW_ROWS by start (the selected
+    owners', and the channels' and market's)."""
+    mine = table[table["owner"].isin(selected) | (table["owner"] < 0)]
+    readable = mine.assign(kind=np.array(spans.KINDS, dtype=object)[mine["kind"]],
+                           outcome=np.array(spans.OUTCOMES, dtype=object)[mine["outcome"]])
+    counts = readable.groupby(["kind", "outcome"], sort=True).size().rename("spans").reset_index()
+    first = readable.sort_values(["start", "end"], kind="stable").head(WINDOW_ROWS)
+    listed = pd.DataFrame({"start": first["start"], "end": first["end"], "kind": first["kind"],
+                           "name": [names[o] if o >= 0 else "" for o in first["owner"]],
+                           "channel": first["channel"].where(first["channel"] >= 0),
+                           "k": first["k"], "outcome": first["outcome"]}).reset_index(drop=True)
+    return {"happened": counts, "spans": listed}
+
+
+def summary_of(answers: dict[str, pd.DataFrame], t0: float, t1: float) -> str:
+    """The answers in a few sentences (the text form; ``--format csv|markdown`` prints the tables)."""
+    lines = [f"questions over [{t0:.6g}, {t1:.6g}] (all tables: --format csv or markdown)"]
+    gaps, waits, shares = answers["gaps"], answers["waits"], answers["shares"]
+    if len(gaps):
+        g = gaps.iloc[0]
+        lines.append(f"longest gap between updates: {g['length']:.4g}, from {g['from']:.6g} "
+                     f"(k = {g['k_before']}, {g['owner_before']}) to {g['to']:.6g} "
+                     f"(k = {g['k_after']}, {g['owner_after']})")
+    if len(waits):
+        w = waits.iloc[0]
+        lines.append(f"waited longest: {w['name']}, {w['longest_wait']:.4g} without an update "
+                     f"(from {w['from']:.6g} to {w['to']:.6g}; {w['updates']} updates in the window)")
+    if len(shares):
+        low, busy = shares.loc[shares["online"].idxmin()], shares.loc[shares["colliding"].idxmax()]
+        lines.append(f"least online: {low['name']} ({low['online']:.1%}); most time colliding: "
+                     f"{busy['name']} ({busy['colliding']:.2%}); "
+                     f"mean share in exchange {shares['in_exchange'].mean():.2%}")
+    return "\n".join(lines)
+
+
+def render_tables(tables: dict[str, pd.DataFrame], form: str) -> str:
+    """Tables as CSV (each after a ``# name`` line when there are several) or Markdown."""
+    parts = []
+    for name, frame in tables.items():
+        if form == "csv":
+            body = frame.to_csv(index=False, lineterminator="\n").rstrip("\n")
+            parts.append(body if len(tables) == 1 else f"# {name}\n{body}")
+        else:
+            parts.append(f"### {name}\n\n{markdown(frame)}")
+    return "\n\n".join(parts)
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A Markdown table (numbers to 6 significant digits, '|' in text escaped)."""
+    def cell(value) -> str:
+        if isinstance(value, float | np.floating):
+            return "" if value != value else f"{value:.6g}"
+        return str(value).replace("|", "\\|")
+
+    head = "| " + " | ".join(map(str, frame.columns)) + " |"
+    rule = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
 
 
 def select_owners(spec: str | None, names: list[str]) -> np.ndarray:

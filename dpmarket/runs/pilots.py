@@ -29,7 +29,7 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.errors import MarketError, RunDirectoryError, ScenarioError, warn
-from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets, fit_quality, relative_nnls
+from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets, fit_quality, quasi_nnls
 from dpmarket.markets.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.markets.stage import MarketStage, sellers_of, settle_market
 from dpmarket.privacy.guarantee import Guarantee
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
 CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-4"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-5"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -70,9 +70,10 @@ class PilotRuns:
     norm_ratio: float | None = None  # Ξ/Ξ₂ of that data (None: from the declared bounds)
 
     def in_range(self) -> np.ndarray:
-        """The pilots a forecast is fitted to: ψ below the untrained model's. Above it the box Θ
-        clips the noise (the law and Theorem 2 describe the unclipped regime) and the model is
-        worth nothing to anyone; if fewer than two remain, all of them."""
+        """The pilots Theorem 2's form is fitted to: ψ below the untrained model's. Above it the box
+        Θ clips the noise (Theorem 2 describes the unclipped regime) and the model is worth nothing
+        to anyone; if fewer than two remain, all of them. (The law chooses on its own forecast
+        instead: :func:`law_range`.)"""
         keep = self.psi < self.psi_zero
         return keep if keep.sum() >= 2 else np.ones(len(self.psi), bool)
 
@@ -95,6 +96,7 @@ def cache_key(scenario: Scenario) -> str:
     for spec in table["owners"]:
         spec.pop("epsilon", None)
         spec.pop("cost_coef", None)
+        spec.pop("own_psi", None)  # a market term (declared own-data ψ), which pilots never read
     text = json.dumps(table, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -180,15 +182,43 @@ def norm_ratio(scenario: Scenario, consortium) -> float:
     return float(consortium.z_l1 / z_l2(scenario, consortium))
 
 
+PRIOR = np.array([1.0, 0.0])  # pseudo-observations (c₀ − 1)², none for c₂: see fit_law
+
+
+def law_range(law: LawForecast, pilots: PilotRuns) -> np.ndarray:
+    """The pilots the law is fitted to: those the uncalibrated law (multipliers 1, box included)
+    forecasts below the untrained model's ψ; if fewer than two, all of them.
+
+    Beyond ψ(θ = 0) the box clips the noise and the model is worth nothing to anyone. The choice is
+    made on the law's forecast, which the pilots' outcomes do not enter: choosing on the observed ψ
+    (as before) kept the pilots whose noisy mean came out low and dropped those that came out high,
+    one more pull of the fit downwards.
+    """
+    plain = LawForecast(law.inputs).coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    keep = plain < pilots.psi_zero
+    return keep if keep.sum() >= 2 else np.ones(len(pilots.psi), bool)
+
+
 def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
-    """c₀, c₂ ≥ 0 of the law fitted to the pilots in range on relative errors, with the fit's quality."""
-    keep = pilots.in_range()
+    """c₀, c₂ ≥ 0 of the law fitted to the pilots in range, with the fit's quality.
+
+    The fit solves the quasi-likelihood equations of a constant relative error
+    (:func:`~dpmarket.markets.forecast.quasi_nnls`: weights from the fitted ψ, not the observed one,
+    whose chance lows pulled the multipliers down by 15–30 %), through the box's saturation of the
+    noise term. c₀ carries one pseudo-observation at the law's own value 1: where every pilot is
+    noise-dominated the noise-free terms are a few per cent of ψ, and an unheld c₀ absorbed the
+    pilots' noise instead (fits of c₀ = 9 and 284 were seen); where the pilots do see the floor, they
+    outweigh it.
+    """
+    keep = law_range(law, pilots)
     used = pilots.subset(keep)
     free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
     columns = np.column_stack([free, noise])
-    c0, c2 = relative_nnls(columns, used.psi)
-    quality = fit_quality(columns @ [c0, c2], used.psi, used.masks.sum(axis=1))
-    return LawForecast(law.inputs, float(c0), float(c2), **quality, excluded=int(np.sum(~keep)))
+    c0, c2 = quasi_nnls(columns, used.psi, law.inputs.box, PRIOR)
+    fitted = LawForecast(law.inputs, float(c0), float(c2))
+    predicted = fitted.coalitions(used.epsilon[:, None], used.records, used.masks)
+    quality = fit_quality(predicted, used.psi, used.masks.sum(axis=1))
+    return replace(fitted, **quality, excluded=int(np.sum(~keep)))
 
 
 def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
@@ -201,7 +231,7 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
                 for mask, eps in zip(used.masks, used.epsilon, strict=True)]
     records = [float(used.records[mask].sum()) for mask in used.masks]
     terms = ("c0", "c1", "c2") if scenario.market.pilots.floor else ("c1", "c2")
-    fitted = calibrate(epsilons, records, list(used.psi), terms)
+    fitted = calibrate(epsilons, records, list(used.psi), terms, weights="fitted")
     return replace(fitted, excluded=int(np.sum(~keep)), noise=noise)
 
 
@@ -211,7 +241,7 @@ def pilot_table(forecast, pilots: PilotRuns) -> dict:
     fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
     return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
             "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks], "psi_zero": pilots.psi_zero,
-            "in_fit": pilots.in_range().tolist(),
+            "in_fit": (law_range(forecast, pilots) if forecast.form == "law" else pilots.in_range()).tolist(),
             "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
             "psi_fitted": fitted.tolist()}
 

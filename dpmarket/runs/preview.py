@@ -67,8 +67,10 @@ def _law_terms(forecast, eps: np.ndarray, sizes: np.ndarray, members: np.ndarray
     if forecast.form != "law" or not members.any():
         return ""
     free, noise = forecast.terms(eps, sizes, members)
-    return (f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) "
-            f"+ {forecast.c2:.3g} x {noise[0]:.4g} (noise)")
+    noise_text = f"{forecast.c2:.3g} x {noise[0]:.4g} (noise)"
+    if np.isfinite(forecast.inputs.box):  # 1/sat = 1/(c2·V) + 1/ψ_box (dpmarket/markets/law.py)
+        noise_text = f"sat({noise_text}; box psi {forecast.inputs.box:.4g})"
+    return f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) + {noise_text}"
 
 
 def fit_lines(forecast) -> list[str]:
@@ -79,8 +81,8 @@ def fit_lines(forecast) -> list[str]:
              f"{forecast.rms_relative_error:.3f}, {forecast.points} pilot points (budget x subset, "
              "replications averaged)"]
     if forecast.excluded:
-        lines.append(f"              {forecast.excluded} more pilot points left out: psi above the untrained "
-                     "model's (the box clips the noise there)")
+        lines.append(f"              {forecast.excluded} more pilot points left out: psi forecast (law) or "
+                     "simulated (Theorem 2) above the untrained model's (the box clips the noise there)")
     for row in forecast.by_size:
         lines.append(f"  {row['members']:>4} owners: RMS relative error {row['rms_relative_error']:.3f} "
                      f"over {row['points']} points")

@@ -64,3 +64,48 @@ def test_a_model_missing_a_term_fits_clearly_worse():
     assert c2_only.c1 == 0.0
     assert c2_only.rms_relative_error > 3 * full.rms_relative_error
     assert c2_only.r2 < full.r2
+
+
+# --- the market pilots' estimator -----------------------------------------------------------------
+
+def noisy_pilot_means(truth: np.ndarray, spread: float, runs: int, gen: np.random.Generator) -> np.ndarray:
+    """Means of ``runs`` simulated ψ per pilot: ψ = truth × Gamma noise of mean 1 and relative SD
+    ``spread`` (ψ is a quadratic form of the noise: skewed, relative SD 0.5–0.7 per run)."""
+    shape = 1.0 / spread**2
+    return truth * gen.gamma(shape, 1.0 / shape, size=(runs, len(truth))).mean(axis=0)
+
+
+def test_weights_from_the_fitted_psi_remove_the_bias_of_weights_from_the_observed_psi():
+    """300 calibrations on 15 pilots of 4 runs each (relative SD 0.6 per run), true multipliers 1:
+    the fit weighted by the fitted ψ averages 1 within 5 SE; the old fit weighted by the observed ψ
+    is biased down by far more (theory: about −2σ², σ² = 0.6²/4 ≈ 0.09)."""
+    from dpmarket.markets.forecast import quasi_nnls, relative_nnls
+
+    gen = np.random.default_rng(29)
+    noise = np.geomspace(1e-4, 0.5, 15)  # the noise term over the pilots' budgets
+    columns = np.column_stack([0.01 * noise, noise])  # a small noise-free term beside it
+    truth = columns.sum(axis=1)
+    old, new = [], []
+    for _ in range(300):
+        psi = noisy_pilot_means(truth, 0.6, 4, gen)
+        old.append(relative_nnls(columns, psi)[1])
+        new.append(quasi_nnls(columns, psi, prior=np.array([1.0, 0.0]))[1])
+    old, new = np.array(old), np.array(new)
+    se = new.std(ddof=1) / np.sqrt(len(new))
+    assert abs(new.mean() - 1.0) < 5 * se
+    assert old.mean() < 1.0 - 0.1 and old.mean() < new.mean() - 5 * se  # the bias the issue saw
+
+
+def test_the_box_saturates_the_noise_term_and_the_fit_sees_through_it():
+    from dpmarket.markets.forecast import quasi_nnls, saturated
+
+    box = 8.0
+    assert saturated(np.array([1e-3]), box)[0] == pytest.approx(1e-3, rel=2e-4)
+    assert saturated(np.array([1e6]), box)[0] == pytest.approx(box, rel=1e-5)
+    assert np.array_equal(saturated(np.array([3.0, 50.0]), np.inf), [3.0, 50.0])
+    noise = np.geomspace(1e-3, 100.0, 12)  # pilots from far below to far above the box
+    columns = np.column_stack([np.full(12, 1e-4), noise])
+    psi = 2.0 * 1e-4 + saturated(0.7 * noise, box)  # c0 = 2, c2 = 0.7, no noise
+    assert quasi_nnls(columns, psi, box) == pytest.approx([2.0, 0.7], rel=1e-6)
+    linear = quasi_nnls(columns, psi)  # a fit that ignores the box cannot find them
+    assert abs(linear[1] - 0.7) > 0.1

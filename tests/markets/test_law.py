@@ -318,3 +318,45 @@ def test_pilots_above_the_untrained_model_are_left_out_of_the_fit(banks):
                       epsilon=np.append(pilots.epsilon, 0.3), psi=np.append(pilots.psi, 3 * pilots.psi_zero))
     refitted = calibration.fit_law(LawForecast(forecast.inputs), clipped)
     assert refitted.excluded == 1 and (refitted.c0, refitted.c2) == (forecast.c0, forecast.c2)
+
+
+# --- the box, and subsets of players ---------------------------------------------------------------
+
+def test_the_box_bounds_the_forecast_as_it_bounds_simulated_psi():
+    """Four owners whose noise swamps the answers (ε = 0.01 … 10): the simulated mean stays near the
+    ψ of a model spread over the box, and so does the saturated law (within ×1.5, 5 SE on top),
+    where the law without the box overshoots up to 10⁶-fold."""
+    from dpmarket import rng as streams
+    from dpmarket.runs.replications import final_psis
+
+    s = validate({"name": "box", "seed": 1, "data": {"owners": 4, "records": 2000, "features": 5, "seed": 3},
+                  "learner": {"iterations": 400}, "privacy": {"split": "capped"},
+                  "market": {"policy": "posted_price", "price": 1.0, "value": 10.0, "forecast": "law"},
+                  "output": {"metric_points": 2, "plots": False}}, "test")
+    prepared = problem.prepare(s)
+    forecast = LawForecast(build_inputs(s, prepared.consortium))
+    sizes, everyone, seeds = prepared.consortium.sizes, np.ones(4, bool), streams.replication_seeds(5, 20)
+    for eps in (0.01, 1.0, 10.0):
+        psi = np.array(final_psis(s, seeds, prepared.consortium, prepared.objective, np.arange(4),
+                                  np.full(4, eps)))
+        mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
+        fcst = forecast.coalitions(np.full(4, eps), sizes, everyone)[0]
+        assert fcst / BAND - 5 * se <= mean <= fcst * BAND + 5 * se, (eps, mean, fcst)
+        unboxed = replace(forecast, inputs=replace(forecast.inputs, box=np.inf))
+        if eps < 5:
+            assert unboxed.coalitions(np.full(4, eps), sizes, everyone)[0] > 30 * mean  # what the box fixes
+
+
+def test_every_subset_of_players_is_forecast_like_its_mask(banks, monkeypatch):
+    """Exact Shapley values hand the law all subsets of some players as code blocks: the same ψ̂ as
+    masks, across block boundaries (the block size made small)."""
+    from dpmarket.markets.members import Subsets
+
+    _, forecast, prepared, _ = banks
+    monkeypatch.setattr(law, "CHUNK", 64)
+    players = np.array([0, 1, 3, 4, 6, 7, 9])
+    eps, sizes = np.linspace(2.0, 30.0, 10), prepared.consortium.sizes
+    subsets = Subsets(players, 10)
+    by_subset = forecast.coalitions(eps, sizes, subsets)
+    by_mask = forecast.coalitions(eps, sizes, subsets.masks())
+    assert np.isinf(by_subset[0]) and by_subset[1:] == pytest.approx(by_mask[1:], rel=1e-12)

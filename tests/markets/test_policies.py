@@ -242,13 +242,15 @@ def test_exact_shapley_matches_the_textbook_formula():
 
 
 def test_sampled_shapley_agrees_with_the_exact_values_within_5_se():
-    """12 owners (beyond the exact limit): permutation sampling vs exact enumeration of 2^12 sets."""
+    """12 owners: permutation sampling vs exact enumeration of 2^12 sets; its own standard errors
+    agree with those of an independent sample of the same size."""
     k, samples = 12, 4000
     s = sellers(coef=np.ones(k), records=np.linspace(5e3, 4e4, k))
     m = market(value=100.0, shapley_samples=samples)
     eps = np.linspace(1.0, 4.0, k)
-    sampled = pm.shapley(s, F, m, eps, np.ones(k, bool), seed=0)
+    sampled, own_se = pm.sampled_shapley(s, F, m, eps, np.arange(k), np.random.default_rng(0))
     exact = exact_shapley(s, m, eps)
+    assert np.allclose(pm.shapley(s, F, m, eps, np.ones(k, bool), seed=0), exact)  # 12 ≤ 20: exact
     # SE of the estimator from an independent sample of marginal contributions of the same size
     orders = np.random.default_rng(1).permuted(np.tile(np.arange(k), (samples, 1)), axis=1)
     inv, n = np.cumsum(eps[orders] ** -2.0, axis=1), np.cumsum(s.records[orders], axis=1)
@@ -259,6 +261,35 @@ def test_sampled_shapley_agrees_with_the_exact_values_within_5_se():
     se = per_owner.std(axis=0, ddof=1) / np.sqrt(samples)
     assert np.all(np.abs(sampled - exact) <= 5 * se)
     assert not np.all(np.abs(sampled - exact[::-1]) <= 5 * se)  # a wrong reference is rejected
+    assert own_se == pytest.approx(se, rel=0.15)  # both estimate one SE from 4,000 orders
+
+
+def test_exact_shapley_of_many_owners_is_efficient_symmetric_and_unequal_where_they_differ():
+    """14 owners (the enumeration over code blocks, 16,384 coalitions): the values add up to the
+    grand coalition's worth, two identical owners get the same value, and a larger owner more."""
+    k = 14
+    records = np.full(k, 1e4)
+    records[5] = 4e4
+    s, m = sellers(coef=np.ones(k), records=records), market(value=100.0)
+    eps = np.full(k, 2.0)
+    phi, se = pm.shapley_with_error(s, F, m, eps, np.ones(k, bool), seed=0)
+    full = pm.coalition_values(s, F, m, eps, np.ones((1, k), bool))[0]
+    assert phi.sum() == pytest.approx(full, rel=1e-10) and not se.any()
+    assert np.allclose(phi[[0, 1, 2, 3, 4, 6]], phi[0], rtol=1e-10) and phi[5] > phi[0] * 1.2
+    masks = np.array(list(itertools.product([False, True], repeat=k)))  # the plain mask route agrees
+    reference = pm.exact_shapley(lambda c: pm.coalition_values(s, F, m, eps, masks), np.arange(k), k)
+    assert np.allclose(phi, reference, rtol=1e-10)
+
+
+def test_a_wrong_shapley_weighting_breaks_efficiency(monkeypatch):
+    """The efficiency check can tell: equal weights over subsets (Banzhaf) do not add up to V(N)."""
+    k = 6
+    s, m = sellers(coef=np.ones(k), records=np.linspace(1e4, 3e4, k)), market(value=100.0)
+    eps = np.full(k, 2.0)
+    full = pm.coalition_values(s, F, m, eps, np.ones((1, k), bool))[0]
+    monkeypatch.setattr(pm, "factorial", lambda z: 1.0)  # every subset weighs 1: Banzhaf, not Shapley
+    wrong = pm.shapley(s, F, m, eps, np.ones(k, bool), seed=0)
+    assert abs(wrong.sum() - full) > 0.1 * full
 
 
 def test_leave_one_out_matches_its_closed_form_for_identical_owners():

@@ -27,10 +27,12 @@ def _png(tmp_path: Path, name: str = "f.png") -> Path:
 
 
 def _external_references(page: str) -> list[str]:
-    """Anything a browser would fetch: URLs, src/href not pointing at embedded data, scripts."""
+    """Anything a browser would fetch: URLs, src/href not pointing at embedded data, scripts from
+    elsewhere (the interactive timeline's own script is inline)."""
     found = re.findall(r"(?:https?:|ftp:)//", page)
     found += [m for m in re.findall(r'(?:src|href)="([^"]*)"', page) if not m.startswith("data:")]
-    found += re.findall(r"<script|<link|@import|url\(", page, flags=re.IGNORECASE)
+    found += re.findall(r"<script[^>]*\bsrc\b|<link|@import|url\(|import\(|fetch\(|XMLHttpRequest", page,
+                        flags=re.IGNORECASE)
     return found
 
 
@@ -46,7 +48,8 @@ def test_page_is_self_contained_with_figures_embedded(tmp_path):
 def test_the_self_containment_check_rejects_an_external_reference():
     """The detector above is not vacuous: a page with a remote image or a script fails it."""
     assert _external_references('<img src="https://example.org/x.png">')
-    assert _external_references('<script>alert(1)</script>')
+    assert _external_references('<script src="lib.js"></script>')
+    assert _external_references('<script>fetch("x.json")</script>')
     assert _external_references('<img src="psi.png">')
 
 

@@ -108,25 +108,26 @@ def test_cli_on_a_real_run_and_bad_inputs(tmp_path, capsys):
         assert len(err) == 1 and err[0].startswith("dpmarket: error:")
 
 
-def test_heat_maps_group_owners_instead_of_dropping_some(tmp_path):
-    """300 owners → 100 rows of 3 consecutive owners; a row's offline share averages its owners."""
-    from dpmarket.output.figures import timeline as timeline_plot
+def test_many_owners_are_grouped_into_lanes_never_dropped(tmp_path):
+    """300 owners on one channel → 40 lanes of consecutive owners; a lane's offline share averages
+    all its owners (owners 4 and 5 of the 8 in lane 0 offline for the whole and half of [0, 10])."""
+    from dpmarket.output import spans as sp
+    from dpmarket.output import views
+    from dpmarket.output.figures.lanes import draw_lanes
 
     n = 300
-    pd.DataFrame({"time": [0.0, 0.0, 5.0, 10.0], "kind": ["dropout", "dropout", "reconnect", "update"],
-                  "owner": [4, 5, 5, 0], "k": [None, None, None, 1.0], "epsilon_spent": None,
-                  "channel": 0, "detail": ""}).to_csv(tmp_path / "events.csv", index=False)
-    pd.DataFrame({"owner": range(n), "name": [f"o{i}" for i in range(n)], "epsilon": 1.0}).to_csv(
-        tmp_path / "owners.csv", index=False)
-    (tmp_path / "scenario.toml").write_text('name = "many"\n')
-    run = load_run(tmp_path)
-    row_of, rows, label = timeline_plot._groups(np.arange(n), n)
-    assert rows == 100 and row_of.tolist() == [i // 3 for i in range(n)] and "~3" in label
-    share = timeline_plot._offline_at_centres(run, row_of, rows, np.linspace(0.0, 10.0, 101))
-    assert np.allclose(share[1], [2 / 3] * 50 + [1 / 3] * 50)  # owners 3, 4, 5
-    assert not share[np.arange(rows) != 1].any()
-    report(tmp_path)  # the 2 x 2 picture draws
-    assert (tmp_path / "timeline-all.png").stat().st_size > 1000
+    lanes = views.Lanes([f"o{i}" for i in range(n)], [0] * n, 0.0, 10.0, exchanges=1, iterations=1)
+    assert lanes.by == "group" and len(lanes.labels) == 40 and lanes.members.sum() == n
+    assert lanes.labels[0] == "o0 … o7 (8)"
+    lanes.add(sp._spans(3, start=np.array([0.0, 0.0, 2.0]), end=np.array([10.0, 5.0, 2.5]),
+                        kind=np.array([sp.OUTAGE, sp.OUTAGE, sp.EXCHANGE]), owner=np.array([4, 5, 0]),
+                        outcome=np.array([0, 0, sp.APPLIED]), k=np.array([np.nan, np.nan, 1.0])))
+    share = np.asarray(lanes.data("t")["offline"]) / np.asarray(1.0)
+    half = views.BINS // 2
+    assert np.allclose(share[0], [2 / 8] * half + [1 / 8] * half) and not share[1:].any()
+    assert np.asarray(lanes.counts)[0, sp.APPLIED].sum() == 1
+    draw_lanes(lanes.data("t"), tmp_path / "t.png")
+    assert (tmp_path / "t.png").stat().st_size > 1000
 
 
 def test_the_command_never_replaces_the_runs_own_timeline(tmp_path, capsys):
@@ -157,3 +158,57 @@ def test_selection_names_are_safe_file_names_and_distinct():
 def test_odd_ranges_are_one_error_not_a_crash(spec):
     with pytest.raises(TimelineError, match="neither an owner name"):
         select_owners(spec, ["a", "b", "c"])
+
+
+SPANS = """start,end,kind,owner,name,channel,k,outcome,detail,epsilon_spent,price,transmissions
+1.0,2.0,exchange,0,a,0,1,applied,,0.5,,
+0.0,5.0,outage,1,b,0,,,,,,
+4.0,5.0,exchange,0,a,0,2,applied,,1.0,,
+6.5,7.0,transmission,1,b,0,,lost_collision,,,,
+6.5,7.0,collision_window,-1,,0,,,,,,2
+6.0,7.0,exchange,1,b,0,,lost_collision,,0.5,,
+"""
+
+
+@pytest.fixture
+def answered(handmade):
+    (handmade / "spans.csv").write_text(SPANS)
+    return handmade
+
+
+def test_the_answers_on_hand_written_spans(answered):
+    from dpmarket.output.timeline import questions
+
+    run = load_run(answered)
+    got = questions(run, np.arange(3), 0.0, 10.0)
+    shares = got["shares"].set_index("name")
+    assert shares["online"].tolist() == [1.0, 0.5, 1.0]
+    assert shares["in_exchange"].tolist() == pytest.approx([0.2, 0.1, 0.0])
+    assert shares["colliding"].tolist() == pytest.approx([0.0, 0.05, 0.0])
+    assert shares["applied"].tolist() == [2, 0, 0] and shares["lost_collision"].tolist() == [0, 1, 0]
+    assert got["channels"]["colliding"].tolist() == pytest.approx([0.05])
+    gap = got["gaps"].iloc[0]
+    assert gap[["from", "to", "length", "owner_before", "k_after"]].tolist() == [2.0, 5.0, 3.0, "a", 2]
+    waits = got["waits"]
+    assert waits["name"].tolist() == ["b", "c", "a"] and waits["longest_wait"].tolist() == [10.0, 10.0, 5.0]
+    assert waits.iloc[2][["from", "to", "updates"]].tolist() == [5.0, 10.0, 2]
+    window = questions(run, np.arange(3), 4.5, 6.6)
+    assert window["happened"].to_dict("list") == {
+        "kind": ["collision_window", "exchange", "exchange", "outage", "transmission"],
+        "outcome": ["", "applied", "lost_collision", "", "lost_collision"], "spans": [1, 1, 1, 1, 1]}
+    assert window["spans"]["start"].tolist() == [0.0, 4.0, 6.0, 6.5, 6.5]
+    assert window["shares"]["online"].tolist() == pytest.approx([1.0, 1 - 0.5 / 2.1, 1.0])
+
+
+def test_answers_print_as_csv_or_markdown(answered, capsys):
+    assert main(["timeline", str(answered), "--format", "csv", "--table", "waits"]) == 0
+    out = capsys.readouterr().out
+    assert out == ("owner,name,longest_wait,from,to,updates\n"
+                   "1,b,8.0,0.0,8.0,0\n2,c,8.0,0.0,8.0,0\n0,a,3.0,2.0,5.0,2\n")
+    assert main(["timeline", str(answered), "--format", "markdown"]) == 0
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("### ")] == [
+        "### shares", "### channels", "### gaps", "### waits", "### happened", "### spans"]
+    assert "| 0 | a | 0 | 1 | 0.25 | 0 | 2 |" in out  # the log ends at t = 8
+    assert main(["timeline", str(answered)]) == 0
+    assert "waited longest: b, 8 without an update" in capsys.readouterr().out

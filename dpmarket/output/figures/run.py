@@ -40,13 +40,11 @@ MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a densit
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
-    """Write ``psi.png`` (an oracle measurement: not with ``--no-oracle``) and ``timeline.png`` (for
-    asynchronous runs) into ``directory``."""
-    directory = Path(directory)
+    """Write ``psi.png`` into ``directory`` — an oracle measurement, not drawn with ``--no-oracle``
+    (``timeline.png``, drawn from the run's spans, is
+    :func:`dpmarket.output.figures.timeline.draw_lanes`'s)."""
     if data.oracle:
-        psi_against_k(data, directory / "psi.png")
-    if data.sequence or data.density:
-        owner_sequence(data, directory / "timeline.png")
+        psi_against_k(data, Path(directory) / "psi.png")
 
 
 def _save(fig: Figure, path: Path) -> None:
