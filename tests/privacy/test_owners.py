@@ -26,8 +26,9 @@ def owners_at(loss: str = "squared", clip: float | None = None):
 
 def test_an_answer_far_outside_the_box_is_the_answer_at_its_projection():
     """θ = 10·θmax: the owner answers as at the box's corner, and the answer's shift between neighbours
-    stays within 2Ξ/n_i; computed at θ itself (a wrong input, what an owner trusting the query did) the
-    record's gradient alone exceeds the sensitivity 3.5 times over."""
+    stays within 2Ξ/n_i; computed at θ itself (a wrong input, what an owner trusting the query did) a
+    record's gradient moves the answer by more than 3.5 times the sensitivity (5.5 times here, three
+    features)."""
     _, owners = owners_at()
     owner = owners[0]
     p = owner.data.stats.A.shape[0]

@@ -184,3 +184,13 @@ def test_a_market_in_time_is_refused():
                      "costs": {"kind": "quadratic", "coef": 0.5}})
     with pytest.raises(AuditError, match="market.mode = 'dynamic'"):
         audit(s, runs=10)
+
+
+def test_the_api_returns_the_table_and_writes_nothing_without_out(tmp_path, monkeypatch):
+    """dpmarket.audit: the table and every run's score as DataFrames, the verdict, no files unless out."""
+    import dpmarket
+
+    monkeypatch.chdir(tmp_path)
+    a = dpmarket.audit(scenario(), runs=200, view="answers")
+    assert a.passed and list(a.table["view"]) == ["answers"] and len(a.scores) == 400
+    assert a.table["epsilon_lower"][0] == a.summary["epsilon_lower"] and not any(tmp_path.iterdir())
