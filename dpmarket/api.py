@@ -111,6 +111,30 @@ def _check_executor(function: str, name: str, value: Any) -> str:
     return value
 
 
+def _check_owner(function: str, name: str, value: Any) -> int:
+    return _integer(function, name, value, 0)
+
+
+def _choice(names: tuple[str, ...]) -> Callable[[str, str, Any], str]:
+    """The check of an argument that must be one of ``names``."""
+    def check(function: str, name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ArgumentTypeError(function, name, value, f"must be one of {', '.join(names)}")
+        if value not in names:
+            raise ArgumentValueError(function, name, value, f"must be one of {', '.join(names)}")
+        return value
+
+    return check
+
+
+def _check_confidence(function: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(function, name, value, f"must be a number, not {type(value).__name__}")
+    if not 0.0 < float(value) < 1.0:
+        raise ArgumentValueError(function, name, value, "must be between 0 and 1")
+    return float(value)
+
+
 def _texts(function: str, name: str, value: Any, what: str) -> list[str]:
     """A string, or an iterable of strings, as a list (not bytes, not a mapping)."""
     if isinstance(value, str):
@@ -187,7 +211,9 @@ CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "scenario": _check_scenario, "seed": _check_seed, "overrides": _check_overrides, "out": _check_out,
     "replications": _check_count, "workers": _check_count, "events": _check_flag, "progress": _check_flag,
     "executor": _check_executor, "grid": _check_grid, "policies": _check_policies,
-    "properties": _check_flag,
+    "properties": _check_flag, "oracle": _check_flag, "owner": _check_owner, "runs": _check_count,
+    "view": _choice(("answers", "model", "both")), "method": _choice(("worlds", "one-run")),
+    "confidence": _check_confidence,
 }
 
 
@@ -291,9 +317,17 @@ class Run:
 @checked
 def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None,
         out: str | Path | None = None, *, replications: int | None = None, events: bool = True,
-        progress: bool = False, executor: str = "process", workers: int | None = None) -> Run | Replications:
-    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead."""
+        progress: bool = False, executor: str = "process", workers: int | None = None,
+        oracle: bool = True) -> Run | Replications:
+    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead.
+    ``oracle=False`` (``--no-oracle``) leaves every oracle measurement out of the tables, the summary
+    and ``out`` (ψ, own-data ψ, who benefits, θ*: summary["oracle"] lists them; ``result``, the run in
+    memory, still holds them)."""
     if replications is not None:
+        if not oracle:
+            from dpmarket.errors import UsageError
+
+            raise UsageError("oracle=False writes a single run: not with replications")
         return replicate(scenario, replications, seed, overrides, out, executor=executor,
                          workers=workers, progress=progress)
     resolved = load(scenario, seed, overrides)
@@ -301,33 +335,41 @@ def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = 
         from dpmarket.output.results import run_and_write
 
         out = Path(out)
-        result = run_and_write(resolved, out, progress=progress)
+        result = run_and_write(resolved, out, progress=progress, oracle=oracle)
         table = read_events(out / "events.csv", resolved.seed) if events else None
-        return _run(resolved, result, table, out)
+        return _run(resolved, result, table, out, oracle)
+    if not oracle:
+        from dpmarket.output.results import check_oracle_free
+
+        check_oracle_free(resolved, oracle)
     from dpmarket.runs.run import execute
 
     if not events:
-        return _run(resolved, execute(resolved, None, progress=progress), None, None)
+        return _run(resolved, execute(resolved, None, progress=progress), None, None, oracle)
     with tempfile.TemporaryDirectory(prefix="dpmarket-events-") as temp:
         path = Path(temp) / "events.csv"
         result = execute(resolved, path, progress=progress)
-        return _run(resolved, result, read_events(path, resolved.seed), None)
+        return _run(resolved, result, read_events(path, resolved.seed), None, oracle)
 
 
-def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None) -> Run:
+def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None,
+         oracle: bool = True) -> Run:
     import numpy as np
     import pandas as pd
 
     from dpmarket.output.summary import owner_rows, summary
 
     m = result.training.metrics
-    metrics = pd.DataFrame({"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
-                            "time": np.asarray(m.time, dtype=float), "psi": np.asarray(m.psi, dtype=float)})
+    columns = {"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
+               "time": np.asarray(m.time, dtype=float)}
+    if oracle:
+        columns["psi"] = np.asarray(m.psi, dtype=float)
+    metrics = pd.DataFrame(columns)
     # owners.csv leaves a decliner's noise scale empty; in a DataFrame absent is NaN
     owners = pd.DataFrame([{k: np.nan if v == "" else v for k, v in row.items()}
-                           for row in owner_rows(result)])
+                           for row in owner_rows(result, oracle)])
     owners.insert(0, "seed", scenario.seed)
-    return Run(scenario, summary(result), metrics, owners, events, result, out)
+    return Run(scenario, summary(result, oracle), metrics, owners, events, result, out)
 
 
 def read_events(path: Path, seed: int) -> pd.DataFrame:
@@ -585,3 +627,51 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     return MarketComparison(comparison.scenario, summary, pd.DataFrame(rows), owners, runs,
                             None if out is None else Path(out), table, lab)
 
+
+
+# --- a privacy audit ----------------------------------------------------------------------------
+
+@dataclass
+class Audit:
+    """An empirical privacy audit (``dpmarket audit``): ``table`` (one row per adversary: error counts,
+    rates and their exact upper bounds, the ε they prove, the claimed ε and δ), ``scores`` (every run's
+    score), ``summary`` (the summary.json content), ``passed`` (the lower bound does not exceed the
+    claim), ``result`` (everything in memory) and ``out`` (its directory, if written)."""
+
+    scenario: Scenario
+    summary: dict
+    table: pd.DataFrame
+    scores: pd.DataFrame
+    passed: bool
+    result: Any = field(repr=False)
+    out: Path | None = None
+
+
+@checked
+def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = None, seed: int | None = None,
+          overrides: Overrides = None, out: str | Path | None = None, *, view: str = "both",
+          method: str = "worlds", confidence: float = 0.95, progress: bool = False) -> Audit:
+    """Audit one owner's privacy empirically (``dpmarket audit``): ``runs`` runs of each of two
+    neighbouring worlds (default 2,000; with ``method="one-run"``, runs in all, default 1) and an
+    adversary seeing ``view`` (answers, model or both); the ε its error rates prove at ``confidence``,
+    against the owner's claim. Nothing is written unless ``out`` names a directory."""
+    import pandas as pd
+
+    from dpmarket.output import results
+    from dpmarket.runs.audit import audit as run_audit
+    from dpmarket.system.progress import of as progress_of
+
+    resolved = load(scenario, seed, overrides)
+    runs = runs if runs is not None else (1 if method == "one-run" else 2000)
+    facts = results.audit_settings(owner, runs, view, method, confidence)
+    if out is not None:
+        from dpmarket.output import directories
+
+        out = Path(out)
+        directories.check(out, results.audit_identity(resolved, facts))
+    result = run_audit(resolved, owner, runs, view, method, confidence, progress=progress_of(progress))
+    if out is not None:
+        results.write_audit(result, out, facts, resolved.output.plots)
+    return Audit(resolved, results.audit_summary(result, facts), pd.DataFrame(result.rows()),
+                 pd.DataFrame(results.score_rows(result), columns=["view", "world", "run", "half", "score"]),
+                 result.passed, result, out)

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from dpmarket._version import __version__
-from dpmarket.errors import DPMarketError, one_line
+from dpmarket.errors import DPMarketError, UsageError, one_line
 from dpmarket.replay import compiled
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
@@ -45,6 +45,10 @@ EXAMPLES = {
   dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
   dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2
   dpmarket market banks_market --policies posted_price,auction,marginal --replications 10 --properties""",
+    "audit": """examples:
+  dpmarket audit lending_banks --runs 2000                 owner 0, its answers and the published model
+  dpmarket audit ny_hospitals --owner 5 --view answers --set learner.iterations=200
+  dpmarket audit many_banks --method one-run --runs 20    one canary per feature in each of 20 runs""",
     "scenarios": """examples:
   dpmarket scenarios
   dpmarket validate ny_hospitals > my.toml      a resolved copy to edit, then: dpmarket run my.toml""",
@@ -75,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--no-oracle", dest="oracle", action="store_false",
+                     help="write no oracle measurement (ψ, own-data ψ, who benefits, θ*: figures computed "
+                          "from the private records without noise; summary.json's 'oracle' lists them)")
     _add_set(run)
     run.add_argument("--replications", type=int, metavar="R",
                      help="run R independent replications (seeds derived from the run seed)")
@@ -139,6 +146,26 @@ def _parser() -> argparse.ArgumentParser:
                          "and efficiency, Shapley fairness, replication (Sybil) robustness; writes "
                          "properties.csv, owner_properties.csv and a report section")
     _add_set(mk)
+    au = _command(sub, "audit", "audit a scenario's privacy: an empirical lower bound on epsilon", (
+        "Run the scenario's protocol many times on two neighbouring datasets (one record of one owner "
+        "replaced by a worst-case canary) and let an adversary that sees what the learner sees tell them "
+        "apart: its error rates prove a lower bound on the owner's epsilon, with exact (Clopper-Pearson) "
+        "confidence, printed against the epsilon it claims; writes a table, every run's score, a ROC "
+        "figure and summary.json. Exit status 0 when the bound does not exceed the claim, 3 when it does, 2 "
+        "on bad input."))
+    au.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
+    au.add_argument("--owner", type=int, help="the owner audited (default: the first that takes part)")
+    au.add_argument("--runs", type=_positive, metavar="R",
+                    help="runs of each world (default 2000); with --method one-run, runs in all (default 1)")
+    au.add_argument("--view", choices=("answers", "model", "both"), default="both",
+                    help="what the adversary sees: the owner's answers, the published model, or both")
+    au.add_argument("--method", choices=("worlds", "one-run"), default="worlds",
+                    help="two neighbouring worlds (default), or the audit by one run (Steinke et al. 2023)")
+    au.add_argument("--confidence", type=_fraction, default=0.95, help="of the lower bound (default 0.95)")
+    au.add_argument("--out", type=Path, help="directory (default outputs/NAME-audit-seedSEED)")
+    au.add_argument("--seed", type=int, help="override the scenario's seed")
+    au.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_set(au)
     _command(sub, "scenarios", "list the bundled example scenarios", (
         "List the example scenarios that come with dpmarket, with their descriptions. Any command "
         "taking a scenario accepts one of these names in place of a file, from any directory."))
@@ -149,6 +176,13 @@ def _positive(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
     return value
 
 
@@ -184,7 +218,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _market(args)
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "audit":
+            return _audit(args)
         if args.command == "sweep" or args.replications is not None:
+            if not getattr(args, "oracle", True):
+                raise UsageError("--no-oracle writes a single run: not with --replications")
             return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
@@ -226,11 +264,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from dpmarket.output import console, results
 
-        out = args.out or results.default_run_dir(scenario)
-        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
+        out = args.out or results.default_run_dir(scenario, args.oracle)
+        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter,
+                                       oracle=args.oracle)
     finally:
         painter.close()
-    print(console.summary_table(result, out))
+    print(console.summary_table(result, out, args.oracle))
     return 0
 
 
@@ -270,6 +309,23 @@ def _market(args: argparse.Namespace) -> int:
     if args.properties:
         print(compare.property_table(compare.property_rows(comparison)))
     return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from dpmarket.output import console, directories, results
+    from dpmarket.runs.audit import audit
+    from dpmarket.system.progress import of as progress_of
+
+    scenario = _load(args)
+    runs = args.runs or (1 if args.method == "one-run" else 2000)
+    facts = results.audit_settings(args.owner, runs, args.view, args.method, args.confidence)
+    out = args.out or results.default_audit_dir(scenario, facts)
+    directories.check(out, results.audit_identity(scenario, facts))  # before the work: other results stay
+    result = audit(scenario, args.owner, runs, args.view, args.method, args.confidence,
+                   progress=progress_of(not args.quiet))
+    results.write_audit(result, out, facts, scenario.output.plots)
+    print(console.audit_table(result, out))
+    return console.audit_exit_status(result)
 
 
 def _scenarios() -> int:

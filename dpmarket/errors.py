@@ -144,6 +144,20 @@ class CalibrationError(DPMarketError, ValueError):
     names the scenario key (``privacy.delta``, ``privacy.epsilon``) in the error it raises."""
 
 
+class DeltaError(CalibrationError):
+    """A δ no calibration can honour: so small that δ/m_i underflows, or so large (δ ≥ 1/n_i) that the
+    guarantee says nothing (a mechanism that publishes a record outright with probability δ meets
+    it); the caller names ``privacy.delta`` (or the owner's own δ)."""
+
+
+class UsageError(DPMarketError):
+    """Command-line options that do not go together."""
+
+
+class AuditError(DPMarketError):
+    """An audit that cannot be run as asked (no such participant, too few runs, a market in time)."""
+
+
 class KernelError(DPMarketError):
     """``DPMARKET_KERNEL`` names no kernel, or names numba where it is not installed."""
 

@@ -270,6 +270,33 @@ def _holdout_summary(scenario: Scenario, consortium: Consortium, owners: bool) -
     return summarise(f"public hold-out ({block.shape[1]:,} rows)", whole, split)
 
 
+# --- the owners' own-data ψ as public information shows it ----------------------------------------
+
+def public_own_psi(scenario: Scenario, consortium: Consortium) -> np.ndarray:
+    """Each owner's own-data ψ for the market's decisions, from public information only: the value the
+    owner declares (``[[owners]] own_psi``), else the public proxy's estimate — ψ on the proxy of the
+    model that the proxy owner of the same size trains on its records alone.
+
+    ψ(θ_i*) on the owners' own records (what ``owners.csv`` reports as own_psi, an oracle) would publish
+    a function of the records through who joins, the ε sold and the payments, outside any ε
+    (issue 28, F1). The proxy's owners have the owners' sizes (public); a table's proxy is the hold-out
+    split into owners of those sizes, so it needs Σn_i hold-out rows unless every owner declares.
+    """
+    declared = [scenario.owner_value(i, "own_psi") for i in range(len(consortium.owners))]
+    if all(v is not None for v in declared):
+        return np.array(declared, dtype=float)
+    try:
+        proxy = proxy_consortium(scenario, consortium)
+    except ScenarioError as exc:
+        raise ScenarioError(scenario.source, "market.model_value", scenario.market.model_value,
+                            "owners that value the model decide from their own-data ψ, which must come from "
+                            f"public information: declare it ([[owners]] own_psi), or {exc.reason}") from None
+    m = scenario.model
+    objective = Objective(make_loss(m.loss), proxy.owners, m.regularization, m.theta_max)
+    estimated = objective.psis(objective.own_data_models())
+    return np.array([e if v is None else v for e, v in zip(estimated.tolist(), declared, strict=True)])
+
+
 # --- the learner's step from public information -------------------------------------------------
 
 def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:

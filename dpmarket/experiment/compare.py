@@ -23,7 +23,8 @@ from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
 from dpmarket.output.directories import Identity
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.output.summary import oracle_statement
+from dpmarket.privacy.guarantee import stated
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
@@ -216,7 +217,8 @@ def write(c: Comparison, target: Path) -> list[dict]:
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
                    "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
-                   "forecast": {**c.forecast, "source": c.forecast_source}}
+                   "forecast": {**c.forecast, "source": c.forecast_source},
+                   "oracle": oracle_statement(market_oracle(c.scenario))}
         section = None
         if c.properties is not None:
             summary["properties"] = True
@@ -226,6 +228,19 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
                       [staging / "psi_payment.png", staging / "epsilons.png"], properties=section)
     return rows
+
+
+def market_oracle(scenario: Scenario) -> dict[str, list[str]]:
+    """A comparison's oracle measurements by file: the simulated ψ (and, with pilots on the owners'
+    records, the forecast and every outcome decided with it)."""
+    from dpmarket.output.summary import MARKET_ORACLE
+
+    listed = {k: list(v) for k, v in MARKET_ORACLE.items()}
+    m = scenario.market
+    if m.forecast is None and m.pilots.data == "owners":
+        listed["summary.json"] = ["forecast"]
+        listed["policies.csv"] += ["psi_forecast", "participants", "total_payment", "learner_surplus"]
+    return listed
 
 
 def _write_properties(c: Comparison, staging: Path, title: str, write_csv) -> dict:
@@ -272,8 +287,7 @@ def property_table(rows: list[dict]) -> str:
 
 def guarantee_of(scenario: Scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee (every policy shares it)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    return stated(scenario)
 
 
 def table(rows: list[dict], out: Path, source: str = "", scenario: Scenario | None = None) -> str:

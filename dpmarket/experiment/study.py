@@ -25,6 +25,7 @@ from dpmarket.experiment.grid import Axis, Cell, check_cells, parse_grid, resolv
 from dpmarket.experiment.store import Store, write_atomic, write_text_atomic
 from dpmarket.experiment.task import Task
 from dpmarket.output.results import _write_csv
+from dpmarket.output.summary import REPLICATIONS_ORACLE, SWEEP_ORACLE, oracle_statement
 from dpmarket.privacy.cohort import check_budgets
 from dpmarket.runs.replications import replayable
 from dpmarket.scenario.schema import Scenario
@@ -207,7 +208,8 @@ def _sweep(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     head, owner_head = tables.sweep_header(plan.axes, any(map(tables.market_cell, by_cell)))
     meta = {**_meta(plan, how, reused), "privacy": tables.guarantees(plan.cells),
-            "forecast": fit.to_dict() if fit else {"error": why}}
+            "forecast": fit.to_dict() if fit else {"error": why},
+            "oracle": oracle_statement(SWEEP_ORACLE)}
     with publish.published(out) as staging:
         write_csv(staging / "sweep.csv", head, tables.blank_undefined(head, rows))
         write_csv(staging / "sweep_owners.csv", owner_head, tables.sweep_owner_rows(plan.cells, by_cell))
@@ -229,7 +231,8 @@ def _replications(plan: Plan, out: Path, how: Execution, start: float) -> dict:
     (records,), reused = execute_plan(plan, out, how, keep_metrics=True)
     summary = {**_meta(plan, how, reused), **tables.cell_summary(records),
                **tables.cell_guarantee(plan.cells[0].scenario),
-               "stop_reasons": _count(r["stop_reason"] for r in records)}
+               "stop_reasons": _count(r["stop_reason"] for r in records),
+               "oracle": oracle_statement(REPLICATIONS_ORACLE)}
     with publish.published(out) as staging:
         write_text_atomic(staging / "scenario.toml", plan.cells[0].scenario.to_toml())
         write_csv(staging / "metrics.csv", ("replication", "k", "time", "psi"), tables.metric_rows(records))

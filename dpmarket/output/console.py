@@ -1,19 +1,23 @@
 """The text printed after a command: a run's key figures and the warnings that name the lever to pull,
-and an experiment's short summary read from its output files."""
+an experiment's short summary read from its output files, and an audit's table and verdict."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import numpy as np
+
 from dpmarket.output.summary import summary
+from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult
 from dpmarket.scenario.checks import BUDGET_KEYS
 
 
-def summary_table(result: RunResult, out: Path) -> str:
-    """A short human-readable summary of a run, for the terminal."""
-    s = summary(result)
+def summary_table(result: RunResult, out: Path, oracle: bool = True) -> str:
+    """A short human-readable summary of a run, for the terminal (without ``oracle``, none of the
+    oracle measurements: ψ, own-data ψ, who benefits)."""
+    s = summary(result, oracle)
     eps = sorted({o.epsilon for o in result.owners})
     eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
     sizes = result.consortium.sizes
@@ -23,31 +27,43 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"(per owner {sizes.min():,}…{sizes.max():,})",
         f"model         {s['loss']} loss, {s['algorithm']} learner, ε = {eps_text}, "
         f"Ξ = {s['sensitivity']:.4g} ({s['sensitivity_norm']})",
-        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else ""),
+        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else "")
+        + ("; noise from the system's secure generator (not reproducible)"
+           if s.get("noise", "").startswith("system") else ""),
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
         *_data_lines(s.get("data")),
-        f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
-        f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit)",
+        *_psi_lines(s),
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s["psi_final"], s["psi_zero"], s.get("policy")),
-        *_stability_warning(s["step_curvature_max"]),
+        *_yardstick_warning(s.get("psi_final", np.nan), s.get("psi_zero", np.nan), s.get("policy")),
+        *_stability_warning(s.get("step_curvature_max")),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
     return "\n".join(lines)
 
 
+def _psi_lines(s: dict) -> list[str]:
+    """ψ against its yardsticks (oracle measurements), or why they are not shown."""
+    if "psi_final" not in s:
+        return ["psi           not written (--no-oracle: ψ, own-data ψ and who benefits are oracle "
+                "measurements)"]
+    return [f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
+            f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit; "
+            "oracle measurements)"]
+
+
 def _market_lines(s: dict) -> list[str]:
     if "policy" not in s:
         return []
+    simulated = f" vs {s['psi_simulated']:.4g} simulated" if "psi_simulated" in s else ""
+    source = s["forecast"]["source"] if "forecast" in s else "oracle: left out"
     return [f"market        {s['policy']}: {s['participants']} of {s['owners']} owners take part, "
             f"total payment {s['total_payment']:.4g}, learner surplus {s['learner_surplus']:.4g}",
-            f"forecast      psi {s['psi_forecast']:.4g} forecast vs {s['psi_simulated']:.4g} simulated "
-            f"({s['forecast']['source']})", *_dynamic_lines(s)]
+            f"forecast      psi {s['psi_forecast']:.4g} forecast{simulated} ({source})", *_dynamic_lines(s)]
 
 
 def _dynamic_lines(s: dict) -> list[str]:
@@ -71,6 +87,9 @@ def _data_lines(report: dict | None) -> list[str]:
     """Table data: rows held out, dropped on purpose and clipped, so no change goes unseen."""
     if report is None:
         return []
+    if "feature_values_clipped" not in report:  # --no-oracle: the counts that read the private rows
+        return [f"data          {report['rows_read']:,} rows read; hold-out {report['holdout_rows']:,}; "
+                f"{report['features']} features (counts of the private rows: oracle, not written)"]
     left_out = report["owners_below_min_records"] + report["owners_beyond_max_owners"]
     rows_out = report["rows_below_min_records"] + report["rows_beyond_max_owners"]
     unseen = sum(report["unseen_categories"].values())
@@ -107,12 +126,12 @@ def _learner_lines(s: dict) -> list[str]:
     """ρ with its stability number and the floor law's ψ; clipping's bound and share."""
     stability = "" if s["stability_number"] is None else (
         f", stability number {s['stability_number']:.3g} (limit {s['stability_limit']:g})")
-    floor = "" if s["psi_floor_predicted"] is None else (
+    floor = "" if s.get("psi_floor_predicted") is None else (
         f"; noise-free floor (law) {s['psi_floor_predicted']:.3g}")
     lines = [f"step          ρ = {s['rho']:.4g} ({s['rho_source'].split(' from ')[0]}){stability}{floor}"]
-    if "clip_bound" in s:
+    if "clip_bound" in s and "clipped_share" in s:
         lines.append(f"clipping      {s['sensitivity_norm']} bound {s['clip_bound']:.4g}; "
-                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model")
+                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model (oracle)")
     return lines
 
 
@@ -196,3 +215,43 @@ def _where(meta: dict) -> str:
     if meta["scheduler"]:
         return f"the Dask cluster at {meta['scheduler']}"
     return f"{meta['executor']} x {meta['workers']}"
+
+
+# --- an audit (``dpmarket audit``) ----------------------------------------------------------------
+
+# Exit status of an audit whose lower bound exceeds the claim (0: it does not; 2: a user error).
+VIOLATION = 3
+
+
+def audit_table(result: AuditResult, out: Path | None = None) -> str:
+    """The audit as terminal text: the claim, one line per adversary, the verdict."""
+    lines = [f"audit         {result.scenario.name} (seed {result.scenario.seed}): owner {result.owner} "
+             f"({result.name}), {result.mechanism} noise, {result.accountant} accountant, m_i = "
+             f"{result.answers_allowed}",
+             f"claimed       (ε, δ) = ({result.epsilon:g}, {result.delta:g}), replace-one neighbours",
+             f"canary        {result.canary}",
+             f"runs          {result.runs:,}" + (" per world" if result.method == "worlds" else "")
+             + f"; the owner's answers per run: {result.answers_seen:.3g} on average"
+             if result.method == "worlds" else f"runs          {result.runs:,} ({result.method})",
+             ""]
+    if result.method == "worlds":
+        lines.append(f"{'adversary':<10} {'FP':>11} {'FN':>11} {'FPR <=':>8} {'FNR <=':>8} "
+                     f"{'eps (est.)':>10} {'eps >= (conf.)':>16}")
+    for a in result.audits:
+        if isinstance(a, ViewAudit):
+            r = a.rates
+            lines.append(f"{a.view:<10} {r.false_positives:>5}/{r.negatives:<5} {r.false_negatives:>5}/"
+                         f"{r.positives:<5} {r.false_positive_upper:>8.4f} {r.false_negative_upper:>8.4f} "
+                         f"{r.epsilon_estimate:>10.4g} {a.epsilon_lower:>8.4g} ({1 - r.level:.1%})")
+        else:
+            lines.append(f"by one run  {a.correct:,} of {a.guesses:,} canaries guessed right: ε ≥ "
+                         f"{a.epsilon_lower:.4g} ({1 - a.level:.0%} confidence)")
+    lines += ["", f"verdict       {result.verdict}"]
+    if out is not None:
+        lines.append(f"written to    {out}")
+    return "\n".join(lines)
+
+
+def audit_exit_status(result: AuditResult) -> int:
+    """0 when the lower bound does not exceed the claim, :data:`VIOLATION` when it does."""
+    return 0 if result.passed else VIOLATION

@@ -105,7 +105,7 @@ def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner,
     each update with :meth:`dpmarket.replay.kernel.AsyncBatch.step`'s operations in its order."""
     R, p = theta_L.shape
     N = counts.shape[1]
-    bar, product = np.empty(p), np.empty(p)
+    bar, query, product = np.empty(p), np.empty(p), np.empty(p)
     for r in range(R):
         length = lengths[r]
         for s in range(slots.shape[0]):
@@ -114,7 +114,8 @@ def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner,
                 flat = r * N + i
                 for j in range(p):
                     bar[j] = 0.5 * (theta_L[r, j] + copies[flat, j])
-                np.dot(A[i], bar, product)  # gemv, as np.matmul in the numpy replay (into ``product``)
+                    query[j] = min(max(bar[j], -theta_max), theta_max)  # the owner projects onto Θ
+                np.dot(A[i], query, product)  # gemv, as np.matmul in the numpy replay (into ``product``)
                 weight = share[i]
                 if inverse:
                     counts[r, i] += 1

@@ -269,6 +269,12 @@ def _check_market(s: Scenario, fail) -> None:
         for i, o in enumerate(s.owners):
             if o.cost_coef is not None:
                 fail(f"owners.{i}.cost_coef", o.cost_coef, "only used with a [market] section")
+    if m is None or m.model_value == 0:
+        for i, o in enumerate(s.owners):
+            if o.own_psi is not None:
+                fail(f"owners.{i}.own_psi", o.own_psi, "only used when owners value the model "
+                     "(market.model_value > 0)")
+    if m is None:
         return
     _check_market_budgets(s, fail)
     if m.epsilon_min >= m.epsilon_max:

@@ -156,6 +156,9 @@ class Privacy(_Strict):
     sensitivity: Literal["bounds", "clip"] = "bounds"
     clip: PosFloat | Literal["auto"] | None = None
     clip_quantile: Annotated[float, Field(gt=0, le=1)] = 0.999
+    # Where the noise comes from: unset or "seeded", the run's seed (reproducible; the published seed
+    # regenerates every draw); "system", the operating system's secure generator (not reproducible).
+    noise: Literal["seeded", "system"] | None = None
 
 
 class Learner(_Strict):
@@ -229,6 +232,7 @@ class OwnerSpec(_Strict):
     mean_offline: PosFloat | None = None
     outages: list[Window] | None = None
     cost_coef: PosFloat | None = None
+    own_psi: NonNegFloat | None = None  # declared own-data ψ: what the market weighs (public by declaring)
 
 
 class Costs(_Strict):
@@ -346,7 +350,7 @@ _OWNER_DEFAULTS: dict[str, Callable[[Scenario, int], Any]] = {
     "records": lambda s, i: None, "clock_rate": lambda s, i: s.network.clock_rate,
     "channel": lambda s, i: i % s.network.channels, "mean_online": lambda s, i: s.network.dropout.mean_online,
     "mean_offline": lambda s, i: s.network.dropout.mean_offline, "outages": lambda s, i: s.network.outages,
-    "cost_coef": lambda s, i: None,
+    "cost_coef": lambda s, i: None, "own_psi": lambda s, i: None,
 }
 
 

@@ -152,12 +152,12 @@ def test_an_owner_never_lets_a_non_finite_answer_out():
     block = np.array([[1.0, np.nan], [1.0, 1.0], [0.5, -0.5]])
     data = OwnerData.from_block(block, False, keep_records=True)
     owner = DataOwner(0, "o", data, make_loss("squared"), guarantee=Guarantee("laplace", "basic", 1.0),
-                      answers=5, xi=1.0, noise_rng=np.random.default_rng(0))
+                      answers=5, xi=1.0, noise_rng=np.random.default_rng(0), theta_max=1.0)
     with pytest.raises(FloatingPointError, match="owner 0 computed a non-finite answer"):
         owner.respond(np.array([0.5]))
     fine = DataOwner(0, "o", OwnerData.from_block(np.nan_to_num(block), False, True), make_loss("squared"),
                      guarantee=Guarantee("laplace", "basic", 1.0), answers=5, xi=1.0,
-                     noise_rng=np.random.default_rng(0))
+                     noise_rng=np.random.default_rng(0), theta_max=1.0)
     assert np.isfinite(fine.respond(np.array([0.5]))).all()
 
 

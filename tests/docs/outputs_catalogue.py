@@ -60,7 +60,7 @@ def commands(work: Path) -> list[list[str]]:
         "broadcast": scenario("broadcast", network={
             "mode": "broadcast", "broadcast_interval": 0.2, "transmission_time": 0.01,
             "outages": [{"start": 1, "end": 2}]}),
-        "market": scenario("market", market=MARKET, privacy={"split": "capped"}),
+        "market": scenario("market", market={**MARKET, "model_value": 1.0}, privacy={"split": "capped"}),
         "dynamic": scenario("dynamic", network=NETWORK, privacy={"split": "capped"},
                             market={**MARKET, "mode": "dynamic", "payment": "on_delivery", "rule": "progress",
                                     "forecast": "law", "period": 2.0, "pool": 1, "arrival_rate": 0.5}),

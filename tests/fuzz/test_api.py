@@ -29,7 +29,7 @@ from dpmarket import api
 from dpmarket.errors import ArgumentError, ArgumentTypeError, ArgumentValueError, DPMarketError, ScenarioError
 from dpmarket.scenario.schema import Scenario
 
-FUNCTIONS = {f.__name__: f for f in (api.load, api.run, api.replicate, api.sweep, api.market)}
+FUNCTIONS = {f.__name__: f for f in (api.load, api.run, api.replicate, api.sweep, api.market, api.audit)}
 # Any Python value a notebook might pass: scalars of every kind (bools, huge and negative integers,
 # non-finite floats, numpy scalars), text and bytes, containers, paths, arbitrary objects.
 SCALARS = st.one_of(
@@ -45,7 +45,8 @@ FUZZ = settings(max_examples=100, suppress_health_check=[HealthCheck.function_sc
 EXPECTED = {  # the type a checked value reaches the body as
     "scenario": (str, os.PathLike, Scenario), "seed": int, "overrides": list, "out": Path,
     "replications": int, "workers": int, "events": bool, "progress": bool, "executor": str,
-    "grid": list, "policies": str, "properties": bool,
+    "grid": list, "policies": str, "properties": bool, "oracle": bool, "owner": int, "runs": int,
+    "view": str, "method": str, "confidence": float,
 }
 
 
@@ -100,10 +101,11 @@ def test_any_value_of_any_argument_is_taken_as_its_type_or_refused_naming_it(nam
         assert taken is None
         return
     assert isinstance(taken, EXPECTED[argument]), (value, taken)
-    if argument in ("seed", "replications", "workers"):  # an integer as given: never a bool, float or text
+    # an integer as given: never a bool, float or text
+    if argument in ("seed", "replications", "workers", "owner", "runs"):
         assert not isinstance(value, bool) and isinstance(value, (int, np.integer)) and taken == value
-        assert taken >= (0 if argument == "seed" else 1)
-    if argument in ("events", "progress", "properties"):
+        assert taken >= (0 if argument in ("seed", "owner") else 1)
+    if argument in ("events", "progress", "properties", "oracle"):
         assert isinstance(value, (bool, np.bool_))
 
 

@@ -33,15 +33,18 @@ class RunFigures:
     sequence: list[int]  # i_k per update; empty for synchronous learners or beyond sequence.EXACT
     owners: int
     density: dict | None = None  # beyond sequence.EXACT: updates counted per owner row and block of k
+    oracle: bool = True  # False (run --no-oracle): no ψ, so no psi.png
 
 
 MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a density
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
-    """Write ``psi.png`` into ``directory`` (``timeline.png``, drawn from the run's spans, is
+    """Write ``psi.png`` into ``directory`` — an oracle measurement, not drawn with ``--no-oracle``
+    (``timeline.png``, drawn from the run's spans, is
     :func:`dpmarket.output.figures.timeline.draw_lanes`'s)."""
-    psi_against_k(data, Path(directory) / "psi.png")
+    if data.oracle:
+        psi_against_k(data, Path(directory) / "psi.png")
 
 
 def _save(fig: Figure, path: Path) -> None:
