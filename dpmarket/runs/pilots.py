@@ -319,7 +319,7 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
         noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
         forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
                     LawForecast.from_dict(table, build_inputs(scenario, consortium)))
-        reproduced(forecast, stored, consortium)
+        reproduced(forecast, stored, scenario, consortium, why)
         return forecast, f"calibrated on {str(stored['calibrated_on'])}, cached in {path}"
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, ScenarioError):  # build_inputs refused the scenario itself: not the file's fault
@@ -328,18 +328,23 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
         return None
 
 
-def reproduced(forecast, stored: dict, consortium) -> None:
-    """A ValueError unless ``forecast`` gives back, at the cached pilots, the fitted ψ̂ the file stores
-    for them (finite, to 1e-9 relative): multipliers that are finite but absurd, or a fit made by
-    another version of the law, are not trusted."""
+def reproduced(forecast, stored: dict, scenario: Scenario, consortium, why: str | None) -> None:
+    """A ValueError unless ``forecast``'s multipliers are the fit of the pilots the file stores (the
+    fit re-made from them, to 1e-9 relative), and give back the fitted ψ̂ it stores: multipliers that
+    are finite but absurd (c₂ = 1e308, which the box's saturation can hide from ψ̂ alone), or a fit
+    made by another version of the law, are not trusted. Refitting costs no pilot run."""
     pilots = pilots_from_table(stored, consortium.sizes)
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        refit = (fit_theorem2(scenario, pilots) if why else
+                 fit_law(LawForecast(forecast.inputs), pilots))
         fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    names = [k for k in ("c0", "c1", "c2") if hasattr(refit, k)]
+    mine, theirs = (np.array([float(getattr(f, k)) for k in names]) for f in (forecast, refit))
     expected = np.asarray(stored["pilots"]["psi_fitted"], dtype=float)
-    if fitted.shape != expected.shape or not np.all(np.isfinite(fitted)) or not np.allclose(
-            fitted, expected, rtol=1e-9, atol=0.0):
-        raise ValueError("its multipliers do not give back the fit of its own pilots (edited, or written "
-                         "by another version)")
+    if (not np.allclose(mine, theirs, rtol=1e-9, atol=0.0) or fitted.shape != expected.shape
+            or not np.all(np.isfinite(fitted)) or not np.allclose(fitted, expected, rtol=1e-9, atol=0.0)):
+        raise ValueError("its multipliers are not the fit of its own pilots (edited, or written by "
+                         "another version)")
 
 
 def _multiplier(value) -> bool:
