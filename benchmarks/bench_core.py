@@ -6,7 +6,7 @@ Run from the repository root:  python benchmarks/bench_core.py [--quick] [--prof
    (``Training.exchange``: query point and its event, the owner's answer from sufficient
    statistics, Laplace noise, the exact privacy ledger, the response event, Algorithm 1's
    update, the update event into an ``EventLog(None)``, ψ at the configured metric points)
-   against a bare numpy loop of Algorithm 1 written below (design §2, with ``np.clip``), on the
+   against a bare numpy loop of Algorithm 1 written below (with ``np.clip``), on the
    same 86 hospitals, the same pre-drawn owner sequence, the same T and the same noise scales
    b_i = 2ΞT/(n_i ε_i) (split = "horizon", so m_i = T and nobody refuses). Before timing, both
    are fed identical noise (the owners' own streams, drawn again from fresh owners) and must
@@ -122,7 +122,7 @@ def loop_constants(setup: Setup) -> tuple:
 
 
 def bare_run(setup: Setup, noise=None, trace: np.ndarray | None = None) -> tuple[float, np.ndarray]:
-    """Algorithm 1 (design §2) as a plain numpy loop on the same sufficient statistics.
+    """Algorithm 1 as a plain numpy loop on the same sufficient statistics.
 
     ``noise(i)`` gives owner i's next noise vector; without it, numpy's own Laplace draws of
     the same scale b_i = 2ΞT/(n_i ε_i). Returns (seconds, final θ_L).

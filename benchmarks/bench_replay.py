@@ -4,7 +4,7 @@ papers' grid end to end against the same grid simulated exchange by exchange, ny
 Run from the repository root:  python benchmarks/bench_replay.py [--quick]
 
 1. Cost per replication-update, lending_banks (3 banks × 250,000 loans, p = 10, T = 1,000, the
-   scenario as shipped). The reference is a bare numpy loop of Algorithm 1 (design §2: np.clip,
+   scenario as shipped). The reference is a bare numpy loop of Algorithm 1 (np.clip,
    rng.laplace per update) on the same sufficient statistics, step sizes and noise scales, one run
    after another; it is checked first to compute what the package computes: fed replication r's
    tape and its owners' own noise streams, its final θ_L must equal the replay's within 10⁻¹².

@@ -18,7 +18,7 @@ Two generators (``data.generator``):
   24 with an intercept column; it is kept so that earlier results can be reproduced.
 
 Every feature is clipped into ``[−X, X]`` and every regression label into ``[−Y, Y]`` by the
-owner before it answers, so the sensitivity bound of design §3 holds for any draw.
+owner before it answers, so Theorem 1's sensitivity bound holds for any draw.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def theorem_terms(records: list[dict], scenario) -> tuple[np.ndarray, int]:
 
 def fit_forecast(summaries: list[dict], by_cell: list[list[dict]],
                  cells: list[Cell]) -> tuple[Forecast | None, str]:
-    """c₁, c₂ of design §4 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
+    """c₁, c₂ of Theorem 2 fitted to the cells' mean ψ; (None, why) when they cannot be fitted."""
     try:
         terms = [theorem_terms(records, cell.scenario) for records, cell in zip(by_cell, cells, strict=True)]
         eps, n = zip(*terms, strict=True)

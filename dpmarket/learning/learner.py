@@ -1,7 +1,7 @@
 """The learner: Algorithm 1 of the asynchronous papers and the synchronous baselines.
 
 Plain classes that know nothing of SimPy, owners or privacy: they produce query points and
-absorb (noisy) answers. Notation of design §2: g(θ) = λθᵀθ, σ = 2λ, Π_Θ clips every coordinate
+absorb (noisy) answers. Notation of the docs' mathematics: g(θ) = λθᵀθ, σ = 2λ, Π_Θ clips every coordinate
 to [−θmax, θmax], n_i/n is owner i's share of the records.
 """
 

@@ -1,6 +1,6 @@
 """The measurement: ψ of many models at once, as :meth:`Objective.psi` gives it for each.
 
-ψ(θ) = f(θ)/f(θ*) − 1 is the analyst's oracle (design §1), evaluated at the recorded iterations
+ψ(θ) = f(θ)/f(θ*) − 1 is the analyst's oracle, evaluated at the recorded iterations
 of every replication after the replay (:mod:`dpmarket.replay.kernel`). Each row's value is computed with
 the operations :meth:`Objective.value` uses, in its order, with stacked matrix products (the same
 BLAS call per row), so each ψ equals the inline run's. (:meth:`Objective.values` is a faster

@@ -1,6 +1,6 @@
 """Losses, per-owner data views, the fitness f, its optimum θ* over Θ, and the relative fitness ψ.
 
-Notation follows design §1: ``f(θ) = λ θᵀθ + (1/n) Σ_i Σ_{D_i} ℓ(θ; z, y)`` over the box
+Notation follows the docs' mathematics: ``f(θ) = λ θᵀθ + (1/n) Σ_i Σ_{D_i} ℓ(θ; z, y)`` over the box
 ``Θ = {‖θ‖∞ ≤ θmax}``, where ``z`` is the design vector (the features, with a trailing 1 when
 the model has an intercept). ``σ = 2λ`` is the strong-convexity constant of the regulariser.
 
@@ -140,7 +140,7 @@ class Loss(ABC):
 
     @abstractmethod
     def l1_sensitivity(self, z_l1: float, y_max: float, theta_max: float) -> float:
-        """Ξ ≥ sup ‖∇ℓ(θ; z, y)‖₁ over ‖θ‖∞ ≤ θmax, ‖z‖₁ ≤ z_l1, |y| ≤ y_max (design §3)."""
+        """Ξ ≥ sup ‖∇ℓ(θ; z, y)‖₁ over ‖θ‖∞ ≤ θmax, ‖z‖₁ ≤ z_l1, |y| ≤ y_max (Theorem 1)."""
 
 
 class SquaredLoss(Loss):
@@ -222,7 +222,7 @@ def make_loss(name: str) -> Loss:
 
 
 class Objective:
-    """The fitness f of design §1 over a set of owners, with θ*, ψ and own-data baselines."""
+    """The fitness f over a set of owners, with θ*, ψ and own-data baselines."""
 
     def __init__(self, loss: Loss, owners: list[OwnerData], lam: float, theta_max: float) -> None:
         if lam <= 0:

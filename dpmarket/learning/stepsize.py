@@ -1,6 +1,6 @@
 """The learner's step constant ρ from public information, its stability, and the floor law.
 
-**The floor law** (design §2). Each update of Algorithm 1 moves the mean of the N+1 copies by
+**The floor law**. Each update of Algorithm 1 moves the mean of the N+1 copies by
 about ρ/(T²σ(N+1)) times ∇f, so without noise T exchanges are a gradient flow of length
 ρ/(Tσ(N+1)) from θ = 0, and
 

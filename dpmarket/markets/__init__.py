@@ -1,4 +1,4 @@
-"""The market for privacy budgets (design §6): who sells which ε, for what payment.
+"""The market for privacy budgets: who sells which ε, for what payment.
 
 No training and no command code here: a market takes the forecast ψ̂ as an input (how it is
 calibrated, by pilot runs, lives in :mod:`dpmarket.runs.pilots`). Modules, in the order data flows

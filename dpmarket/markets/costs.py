@@ -1,6 +1,6 @@
 """Owners' privacy costs C_i(ε) and their best response to a price per unit ε.
 
-Three shapes (design §6): linear c ε, quadratic c ε²/2 and exponential c (e^ε − 1). An owner
+Three shapes: linear c ε, quadratic c ε²/2 and exponential c (e^ε − 1). An owner
 offered p per unit ε on [ε_min, ε_max] maximises p ε − C(ε); the closed forms below are the
 oracles the policies and their tests rely on. ``coef`` may be an array (one coefficient per
 owner, all of one shape): every method then works on all owners at once.

@@ -1,4 +1,4 @@
-"""Theorem 2's form of the forecast (design §4), and what every forecast's fit reports.
+"""Theorem 2's form of the forecast, and what every forecast's fit reports.
 
 ψ̂ = c₀ + c₁/n · sqrt(Σ ε_i⁻²) + c₂/n² · Σ ε_i⁻² (Theorem 2 for large T, paper 003 eq. (6)), over the
 owners that take part (n = their total records). The constants are not known in advance:

@@ -1,4 +1,4 @@
-"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets (design §2, §4).
+"""The forecast law: ψ̂ of any coalition from N, T, ρ, the answer caps and the budgets.
 
 Theorem 2's form (dpmarket/markets/forecast.py) has one floor for coalitions of every size and
 noise that falls as Σε⁻²/n²; with the capped split and ρ = "auto" neither holds, so a market

@@ -1,4 +1,4 @@
-"""Compensation policies (design §6): how the learner buys ε from the owners.
+"""Compensation policies: how the learner buys ε from the owners.
 
 Every policy maps (sellers, forecast, market settings) to an :class:`Outcome`. The learner's
 value of a model is ``value·max(0, 1 − ψ̂)`` with ψ̂ the forecast of §4 over the owners that

@@ -1,4 +1,4 @@
-"""Run directories (design §7): written whole or not at all, with the resolved scenario.
+"""Run directories (docs/reference/outputs.md): written whole or not at all, with the resolved scenario.
 
 Files are written into a hidden sibling directory which is renamed into place only when the
 run succeeded, so a failed or interrupted run never leaves a half-written directory behind

@@ -124,7 +124,7 @@ def _tick_kind(result: RunResult) -> str:
 
 
 def summary(result: RunResult) -> dict:
-    """The ``summary.json`` content (contract fields of design §7 first)."""
+    """The ``summary.json`` content (the contract's fields first)."""
     s, t, counts = result.scenario, result.training, result.training.log.counts
     own = result.own_psi
     return {

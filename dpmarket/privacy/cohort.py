@@ -1,7 +1,7 @@
 """The participants of a run as protocol owners: sensitivity Ξ, answer caps m_i, noise, member views.
 
 Everything here is built from public information (sizes, declared bounds, the public proxy) and the
-scenario; the records themselves enter only through each owner's answers (design §3).
+scenario; the records themselves enter only through each owner's answers (Theorem 1).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from dpmarket.scenario.schema import OwnerSpec, Scenario
 
 def sensitivity(scenario: Scenario, consortium: Consortium) -> float:
     """Ξ in the norm of the scenario's mechanism (L1 for Laplace, L2 for Gaussian): the clipping
-    bound, or the bound derived from the declared data domain (design §3).
+    bound, or the bound derived from the declared data domain (Theorem 1).
 
     ``privacy.clip = "auto"`` takes the bound from the public proxy (a quantile of its
     per-example gradient norms), never above the declared-domain bound, which already holds.

@@ -1,4 +1,4 @@
-"""The replay: the tapes of R runs applied at once by a batched learning kernel (design §9).
+"""The replay: the tapes of R runs applied at once by a batched learning kernel.
 
 Modules:
 

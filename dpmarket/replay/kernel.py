@@ -1,4 +1,4 @@
-"""The replay: the tapes of R runs applied at once by a batched learning kernel (design §9).
+"""The replay: the tapes of R runs applied at once by a batched learning kernel.
 
 Every replication of a cell has the same owners (data, noise scales, caps) and the same learner
 constants; only its tape (who answered when, :mod:`dpmarket.schedule.scheduler`) and its noise streams

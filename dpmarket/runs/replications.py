@@ -1,4 +1,4 @@
-"""Replications of one cell: schedule → replay → measure (design §9).
+"""Replications of one cell: schedule → replay → measure.
 
 The replications of a cell share everything but their seed: the owners' data (``Prepared``), the
 market's deal, the owners' budgets, caps and noise scales, the learner's constants. So the owners

@@ -304,7 +304,7 @@ class Window(_Strict):
 
 
 class Network(_Strict):
-    """Who talks to the learner, when, and what the channel does to the messages (design §5).
+    """Who talks to the learner, when, and what the channel does to the messages.
 
     ``ideal``: every tick of the owners' superposed Poisson clocks is an exchange, at once and
     without loss (the papers' model; the fast path, no SimPy). ``request`` and ``broadcast`` run
@@ -364,7 +364,7 @@ class OwnerSpec(_Strict):
 
 
 class Costs(_Strict):
-    """Owners' privacy costs C_i(ε) (design §6): one shape, coefficients fixed or drawn per owner.
+    """Owners' privacy costs C_i(ε): one shape, coefficients fixed or drawn per owner.
 
     ``distribution = "fixed"``: every owner has ``coef`` (unless its [[owners]] ``cost_coef``
     says otherwise); ``"lognormal"``: median ``coef``, log-sd ``sigma``; ``"uniform"``: on
@@ -419,7 +419,7 @@ POLICIES = ("posted_price", "record_price", "take_it_or_leave_it", "procurement"
 
 
 class Market(_Strict):
-    """The market stage (design §6): owners sell ε to the learner under a compensation policy.
+    """The market stage: owners sell ε to the learner under a compensation policy.
 
     ``price`` is per unit ε (the reserve per unit ε in the auction); ``price_per_record`` is
     the ``record_price`` policy's price per record·ε; ``budget`` caps the learner's spend;

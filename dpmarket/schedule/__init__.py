@@ -1,7 +1,7 @@
 """Who is asked when: the exchange protocol, its event log, and the tapes a replay consumes.
 
 Nothing about *who* talks *when* depends on θ, so a run's schedule is decided apart from its
-learning (design §9). Modules, in the order data flows through them:
+learning (docs/architecture.md). Modules, in the order data flows through them:
 
 - :mod:`~dpmarket.schedule.events`: the event log, one immutable typed row per event, streamed to disk
 - :mod:`~dpmarket.schedule.sequence`: i_k, the owner of each update, in bounded memory

@@ -3,7 +3,7 @@
 Nothing about *who* talks *when* depends on θ: the ticking owner is drawn from the clocks, the
 channel decides collisions and losses from times, and an owner refuses only once its ledger cannot
 pay another answer, which depends on how many it gave, not on what they said. So a run splits into
-schedule → replay → measure (design §9): this module writes the exchange *tape* of a run
+schedule → replay → measure: this module writes the exchange *tape* of a run
 (:mod:`dpmarket.schedule.tape`), :mod:`dpmarket.replay.kernel` applies the answers of many tapes at once,
 :mod:`dpmarket.learning.measure` scores the models.
 

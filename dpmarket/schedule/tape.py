@@ -1,6 +1,6 @@
 """The exchange tape of a run, and the fixed-size chunks it is streamed in.
 
-A tape holds what a run decides exchange by exchange without looking at the model (design §9):
+A tape holds what a run decides exchange by exchange without looking at the model:
 the owner and time of every update k, the index j of that answer among its owner's answers (which
 noise draw it carries), the iteration whose model its query point was made of, the ticks at which
 an owner whose budget is spent refuses and leaves, and why the run stopped.

@@ -1,21 +1,18 @@
-"""Outputs other tools read: owner names that join across N, every events.csv kind and detail
-documented, tick counts that mean ticks, and the market table's surplus and sd columns."""
+"""Outputs other tools read: owner names that join across N, tick counts that mean ticks, and the market
+table's surplus and sd columns (that every events.csv kind and detail is documented is checked against
+the docs' outputs page, tests/docs/test_docs_outputs.py)."""
 
 from __future__ import annotations
 
 import csv
-import re
 
 import pandas as pd
-from helpers import ROOT, budgeted_market_toml, tiny
+from helpers import budgeted_market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
 from dpmarket.output.results import run_and_write
 from dpmarket.output.timeline import load_run, owner_table
-from dpmarket.schedule.events import KINDS
-
-README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def test_owner_names_do_not_change_with_the_number_of_owners():
@@ -24,32 +21,6 @@ def test_owner_names_do_not_change_with_the_number_of_owners():
              for n in (9, 10, 11)}
     assert names[10][:9] == names[9] and names[11][:10] == names[10]
     assert names[10][0] == "bank-1" and names[10][9] == "bank-10"
-
-
-def _events_section() -> str:
-    start = README.index("### events.csv")
-    return README[start:README.index("\n## ", start)]
-
-
-def test_readme_documents_every_event_kind():
-    documented = set(re.findall(r"^\| `(\w+)`(?:, `(\w+)`)? \|", _events_section(), flags=re.M))
-    kinds = {k for pair in documented for k in pair if k}
-    assert kinds == set(KINDS)
-
-
-def test_readme_documents_every_detail_a_lossy_network_writes(tmp_path):
-    """A request-mode run with losses, carrier sensing, dropouts and a small budget writes every
-    detail the engine has; each is quoted in the README's events section."""
-    out = tmp_path / "run"
-    run_and_write(tiny(network={"mode": "request", "loss_probability": 0.2, "carrier_sense": True,
-                                "max_attempts": 1, "transmission_time": 0.2,
-                                "dropout": {"mean_online": 3.0, "mean_offline": 1.0}},
-                       privacy={"split": "capped", "cap": 3}, learner={"iterations": 400}), out)
-    with open(out / "events.csv", encoding="utf-8") as fh:
-        details = {row["detail"] for row in csv.DictReader(fh)} - {""}
-    assert len(details) >= 4, details
-    section = _events_section()
-    assert all(f"`{d}`" in section for d in details), details
 
 
 def test_timeline_counts_ticks_in_the_ideal_network(tmp_path):

@@ -1,4 +1,4 @@
-"""Schedule → replay → measure against the inline path (design §9).
+"""Schedule → replay → measure against the inline path.
 
 For every loss, algorithm and network schedule, the batched replay of several
 replications must give each replication's inline run: θ_L (or the synchronous model) within 10⁻¹²

@@ -21,7 +21,7 @@ Window = tuple[float, float]  # an outage: offline from start to end
 @dataclass(frozen=True)
 class Network:
     """A network specification: the access mode, the channels, the messages' fate, the owners' clocks
-    and availability, the run's length and seed (design §5)."""
+    and availability, the run's length and seed."""
 
     mode: str  # "request" or "broadcast" (the ideal network needs no engine)
     channels: int
