@@ -33,8 +33,7 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s["psi_final"], s["psi_zero"], s.get("policy")),
-        *_stability_warning(s["step_curvature_max"]),
+        *diagnostic_lines(s["diagnostics"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
@@ -116,16 +115,18 @@ def _learner_lines(s: dict) -> list[str]:
     return lines
 
 
-def _yardstick_warning(psi_final: float, psi_zero: float, policy: str | None) -> list[str]:
-    warning = yardstick_warning(psi_final, psi_zero, policy)
-    return [] if warning is None else [f"warning       {warning}"]
+def warned(result: RunResult) -> bool:
+    """Whether a diagnostic of ``result`` warns (``run --strict`` exits with status 3 then)."""
+    from dpmarket.runs.diagnostics import after_run, warnings_in
+
+    return warnings_in(after_run(result)) > 0
 
 
-def _stability_warning(curvature: float | None) -> list[str]:
-    if curvature is None or curvature <= 2.0:
-        return []
-    return [f"warning       largest owner step x curvature = {curvature:.3g} > 2: the largest "
-            f"owners' copies oscillate; lower learner.rho"]
+def diagnostic_lines(diagnostics: list[dict]) -> list[str]:
+    """One line per diagnostic of summary.json (:mod:`dpmarket.runs.diagnostics`): its severity, what
+    is wrong and what to change, its code, and "oracle figure" where it read the private records."""
+    return [f"{d['severity']:<14}{d['message']} [{d['code']}{', oracle figure' if d['oracle'] else ''}]"
+            for d in diagnostics]
 
 
 # --- experiments (run --replications, sweep) ------------------------------------------------------

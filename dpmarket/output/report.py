@@ -230,6 +230,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None) ->
     owners = owner_rows(result)
     budgets = sorted({o.epsilon for o in result.owners})
     blocks: list[Block] = [
+        *diagnostic_blocks(facts.get("diagnostics", [])),
         Text(yardstick_text(facts)),
         Text(result.scenario.description or ""),
         Facts("Key figures", key_figures(facts, budgets)),
@@ -277,6 +278,16 @@ def _network_figures(facts: Mapping[str, Any]) -> str:
             f"{facts['dropouts']} dropouts, {facts['idle_slots']} idle slots; channel use {use}{more}")
 
 
+def diagnostic_blocks(diagnostics: Sequence[Mapping[str, Any]]) -> list[Block]:
+    """The page's first block: what makes this run's answer weak or misleading, one row each (nothing
+    when the run found nothing to say)."""
+    if not diagnostics:
+        return []
+    rows = [{"severity": d["severity"], "what is wrong, and what to change": d["message"], "code": d["code"],
+             "figures": "oracle (the owners' records)" if d["oracle"] else "public"} for d in diagnostics]
+    return [Table("Diagnostics: read these before the figures", rows, max_rows=len(rows))]
+
+
 def yardstick_text(facts: Mapping[str, Any]) -> str:
     """The page's headline: final ψ against ψ of the untrained model θ = 0 and how many owners
     benefit, with the warning when training did not beat θ = 0 (``facts``: summary.json)."""
@@ -284,6 +295,8 @@ def yardstick_text(facts: Mapping[str, Any]) -> str:
 
     text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
             f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
+    if "diagnostics" in facts:  # the diagnostics' table above says it, with what to change
+        return text
     warning = yardstick_warning(facts["psi_final"], facts["psi_zero"], facts.get("policy"))
     return text if warning is None else f"{text}\n\nWarning: {warning}."
 

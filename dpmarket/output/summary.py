@@ -9,6 +9,7 @@ import numpy as np
 from dpmarket.learning.stepsize import STABILITY_LIMIT
 from dpmarket.markets.outcome import learner_value
 from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.runs.diagnostics import after_run
 from dpmarket.runs.run import RunResult
 
 
@@ -151,6 +152,7 @@ def summary(result: RunResult) -> dict:
         **_learner_summary(result),
         **_data_summary(result),
         **_market_summary(result),
+        "diagnostics": [d.to_dict() for d in after_run(result)],
     }
 
 
