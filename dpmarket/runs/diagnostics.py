@@ -98,7 +98,8 @@ def _weak_model(result: RunResult) -> Diagnostic | None:
     figures = {"psi_final": psi, "psi_zero": zero, "ratio": psi / zero, "psi_floor_predicted": floor}
     lever = weak_lever(result.scenario, floor is not None and floor >= FLOOR_SHARE * psi, floor)
     if psi >= zero:
-        text = f"the trained model is no better than the untrained θ = 0 (psi {psi:.4g} ≥ {zero:.4g}): {lever}"
+        text = (f"the trained model is no better than the untrained θ = 0 (psi {psi:.4g} ≥ {zero:.4g}): "
+                f"{lever}")
     else:
         text = (f"the trained model is not clearly better than the untrained θ = 0 (psi {psi:.4g} against "
                 f"{zero:.4g}: less than halved): {lever}")

@@ -72,7 +72,8 @@ def scenario(path: Path, model: dict | None = None, data: dict | None = None, **
     spec = {"target": "y", "numeric": ["a", "b"], "partition": "site", "holdout": HOLDOUT, **table}
     return validate({"name": "t", "seed": 1,
                      "data": {"source": "table", "path": str(path), "table": spec, **(data or {})},
-                     "model": model or {}, "privacy": {"preset": "paper"}, "learner": {"iterations": 40, "rho": 1.0},
+                     "model": model or {}, "privacy": {"preset": "paper"},
+                     "learner": {"iterations": 40, "rho": 1.0},
                      "output": {"metric_points": 5, "plots": False}}, "test")
 
 

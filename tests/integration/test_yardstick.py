@@ -84,9 +84,9 @@ def test_the_printed_summary_warns_when_training_does_not_beat_theta_zero(tmp_pa
     warnings = [line for line in lines if line.startswith(WARNING)]
     # the lever names what this scenario (the papers' privacy set-up) should change first
     assert warnings == [f"{WARNING} (psi {info['psi_final']:.4g} ≥ {info['psi_zero']:.4g}): set "
-                        "privacy.split = 'capped' (every owner now budgets T answers), set privacy.sensitivity "
-                        "= 'clip' (Ξ now comes from the declared bounds), raise privacy.epsilon or revisit "
-                        "learner.rho [weak_model, oracle figure]"]
+                        "privacy.split = 'capped' (every owner now budgets T answers), set "
+                        "privacy.sensitivity = 'clip' (Ξ now comes from the declared bounds), raise "
+                        "privacy.epsilon or revisit learner.rho [weak_model, oracle figure]"]
     assert [d["code"] for d in info["diagnostics"]][0] == "weak_model"
     psi_line = next(line for line in lines if line.startswith("psi final"))
     assert f"(untrained θ = 0: {info['psi_zero']:.4g}; median own-data ψ" in psi_line

@@ -23,7 +23,8 @@ def whitened(owners: int, iterations: int, rho, seed: int = 1, **sections) -> ob
     """A scenario on the default data (whitened, no intercept), without noise unless told, with the
     papers' privacy set-up (Ξ from the declared bounds: no clipping bias in the floor law's way)."""
     table = {"name": "w", "seed": seed, "data": {"owners": owners, "records": 2000, "features": 4, "seed": 7},
-             "privacy": {"epsilon": 1e12, "preset": "paper"}, "learner": {"iterations": iterations, "rho": rho},
+             "privacy": {"epsilon": 1e12, "preset": "paper"},
+             "learner": {"iterations": iterations, "rho": rho},
              "output": {"metric_points": 5, "plots": False}}
     for key, value in sections.items():
         table[key] = {**table.get(key, {}), **value}

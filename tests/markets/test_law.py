@@ -136,7 +136,8 @@ def noise_free(N: int, T: int, rho, decay: float, records) -> tuple[float, float
                   "data": {"owners": N, "records": records, "features": 5, "shift": 0.0, "seed": 7},
                   "learner": {"iterations": T, "rho": rho, "auto_decay": decay},
                   # the floor law has no clipping bias, and owners that run out would change who is asked
-                  "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999, "sensitivity": "bounds"},
+                  "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
+                              "sensitivity": "bounds"},
                   "output": {"metric_points": 2, "plots": False}}, "test")
     prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
