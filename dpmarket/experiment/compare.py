@@ -49,6 +49,7 @@ class Comparison:
     forecast: dict
     names: list[str]
     records: np.ndarray
+    psi_zero: float = float("nan")  # ψ of the untrained model θ = 0 on everyone's data
 
 
 def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
@@ -114,7 +115,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
                                         dtype=float)) for o in outcomes]
     return Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
-                      consortium.sizes)
+                      consortium.sizes, float(objective.psi(np.zeros(objective.p))))
 
 
 def policy_rows(c: Comparison) -> list[dict]:
@@ -167,7 +168,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market = market_rows(c)
         _write_csv(staging / "market.csv", tuple(market[0]), (r.values() for r in market))
         title = f"{c.scenario.name}: {len(c.names)} owners, {len(c.seeds)} replication(s)"
-        plots.psi_against_payment(rows, title, staging / "psi_payment.png")
+        plots.psi_against_payment(rows, title, staging / "psi_payment.png", c.psi_zero)
         eps = [(r.outcome.policy, [float(e) for e in r.outcome.epsilon[r.outcome.participates]])
                for r in c.results]
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")

@@ -171,10 +171,25 @@ def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
         f"own-data psi  first owner {s['own_psi_first']:.4g}, median {s['own_psi_median']:.4g}; "
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
         f"privacy       {_guarantee_text(s)}",
-        f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",
+        f"stopped       {_stop_reasons(s['stop_reasons'], s['replications'])}",
         _figures_line(figures),
         f"time          {s['wall_seconds']:.2f} s wall on {_where(s)}",
         f"written to    {out}"])
+
+
+# What each stop reason of a replication means, in words (the reason itself is in replications.csv).
+STOP_WORDS = {"iterations": "at T (learner.iterations)", "budgets exhausted": "every budget spent before T",
+              "horizon": "at network.horizon before T"}
+
+
+def _stop_reasons(reasons: dict, replications: int) -> str:
+    """``all 20 replications at T (learner.iterations)``, or each reason with its count of R."""
+    if len(reasons) == 1:
+        (reason, count), = reasons.items()
+        every = "the one replication" if count == 1 else f"all {count} replications"
+        return f"{every} {STOP_WORDS.get(reason, f'by {reason}')}"
+    return "; ".join(f"{count} of {replications} replications {STOP_WORDS.get(reason, f'by {reason}')}"
+                     for reason, count in reasons.items())
 
 
 def _guarantee_text(facts: dict) -> str:
