@@ -237,13 +237,15 @@ def _key_lines(model: type[BaseModel], indent: str, prefix: str = "", recurse: b
     width = max((len(n) for n, _ in plain), default=0) + 2
     for name, field in plain:
         lines.append(_cut(f"{indent}{name.ljust(width)}{_first_sentence(field.description or '')}"))
-    for name, field in model.model_fields.items():
-        if not _is_section(field):
-            continue
+    for name, field in model.model_fields.items():  # sections, and the tables a key may hold
         path = f"{prefix}{name}"
         for table in Key(path, name, field, model).tables:
             label = _table_label(path, table)
-            lines.append(_cut(f"{indent}{label}  {_first_sentence(field.description or '')}"))
+            if not _is_section(field) and not _tag(table):  # a list of inline tables: outages
+                label = f"{path} = [{{{', '.join(table.model_fields)}}}, …]"
+            about = _first_sentence(field.description or "") if _is_section(field) else \
+                _first_sentence(_doc(table))
+            lines.append(_cut(f"{indent}{label}  {about}"))
             if recurse:
                 lines += _key_lines(table, indent + "  ", path + ".", recurse)
     return lines
