@@ -35,6 +35,9 @@ WEAK_RATIO = 0.5
 # The noise-free floor "dominates" the final ψ when it is at least this fraction of it: more ε
 # cannot help, more exchanges can.
 FLOOR_SHARE = 0.5
+# …and it is worth a note (for a model that is not weak) while ψ_final keeps at least this fraction of
+# ψ(0): below, the floor is real but the model is good.
+FLOOR_RELEVANT = 0.05
 # An owner that spent less than this fraction of its budget wasted most of it; the run is warned
 # when at least UNSPENT_OWNERS of the participants (asked at least once) did.
 UNSPENT_FRACTION = 0.5
@@ -51,7 +54,8 @@ FORECAST_FACTOR = 2.0
 # (clip = "auto" at the default quantile 0.9 clips about 10 % of the proxy's at its optimum).
 CLIPPED_SHARE = 0.3
 
-THRESHOLDS = {"weak_ratio": WEAK_RATIO, "floor_share": FLOOR_SHARE, "unspent_fraction": UNSPENT_FRACTION,
+THRESHOLDS = {"weak_ratio": WEAK_RATIO, "floor_share": FLOOR_SHARE, "floor_relevant": FLOOR_RELEVANT,
+              "unspent_fraction": UNSPENT_FRACTION,
               "unspent_owners": UNSPENT_OWNERS, "never_asked_expected": NEVER_ASKED_EXPECTED,
               "lost_share": LOST_SHARE, "stability_near": STABILITY_NEAR,
               "forecast_factor": FORECAST_FACTOR, "clipped_share": CLIPPED_SHARE}
@@ -86,7 +90,8 @@ def warnings_in(diagnostics: list[dict] | list[Diagnostic]) -> int:
 
 def after_run(result: RunResult) -> list[Diagnostic]:
     """Everything that makes ``result``'s answer weak or misleading, in the order a reader needs it."""
-    checks = (_weak_model, _unspent, _never_asked, _network, _surplus, _stability, _forecast, _clipping)
+    checks = (_weak_model, _floor, _unspent, _never_asked, _network, _surplus, _stability, _forecast,
+              _clipping)
     return [d for check in checks if (d := check(result)) is not None]
 
 
@@ -104,6 +109,20 @@ def _weak_model(result: RunResult) -> Diagnostic | None:
         text = (f"the trained model is not clearly better than the untrained θ = 0 (psi {psi:.4g} against "
                 f"{zero:.4g}: less than halved): {lever}")
     return Diagnostic("weak_model", WARNING, text, figures, oracle=True)
+
+
+def _floor(result: RunResult) -> Diagnostic | None:
+    """A note when a model that is not weak is still mostly the noise-free floor of T exchanges:
+    then more ε will not improve it, more exchanges will (a weak model says so in its own line)."""
+    psi, zero, floor = float(result.psi_final), float(result.psi_zero), result.floor_predicted
+    if floor is None or not psi > 0 or floor < FLOOR_SHARE * psi or psi >= WEAK_RATIO * zero \
+            or psi < FLOOR_RELEVANT * zero:
+        return None
+    T = result.scenario.learner.iterations
+    text = (f"most of the final psi ({psi:.3g}) is the noise-free floor of T = {T} exchanges (law: "
+            f"{floor:.3g}): more ε will not lower it, more learner.iterations will")
+    return Diagnostic("floor_dominates", NOTE, text, {"psi_final": psi, "psi_floor_predicted": float(floor),
+                                                       "iterations": T}, oracle=True)
 
 
 def weak_lever(scenario: Scenario, floor_dominates: bool, floor: float | None) -> str:

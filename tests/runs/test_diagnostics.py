@@ -61,6 +61,21 @@ def test_the_weak_model_lever_is_the_floor_when_the_floor_dominates():
     assert "raise learner.iterations; more ε will not help" in weak.message
 
 
+def test_a_floor_that_dominates_a_good_model_is_a_note_that_names_t():
+    """100 owners of Pareto sizes, T = 1,000, answers nearly exact (ε = 10⁹): the largest owner caps ρ
+    and 10 exchanges an owner leave most of ψ to the floor; T = 10,000 takes it away. A note, so
+    --strict ignores it. Once ψ is below FLOOR_RELEVANT of ψ(0) the floor is real but not worth a note."""
+    table = {"data": {"owners": 100, "records": {"distribution": "pareto", "alpha": 1.5, "minimum": 200}},
+             "learner": {"iterations": 1000}, "privacy": {"epsilon": 1e9, "cap_quantile": 0.9}}
+    note = codes(after_run(execute(sane(**table))))["floor_dominates"]
+    assert note.severity == "note" and note.oracle and "learner.iterations" in note.message
+    assert note.figures["psi_floor_predicted"] >= diagnostics.FLOOR_SHARE * note.figures["psi_final"]
+    assert diagnostics.warnings_in([note]) == 0
+    longer = execute(sane(**merged(table, {"learner": {"iterations": 10_000}})))
+    assert "floor_dominates" not in codes(after_run(longer))
+    assert longer.psi_final < diagnostics.FLOOR_RELEVANT * longer.psi_zero
+
+
 def test_owners_that_spend_less_than_half_of_their_budget_are_counted():
     """The horizon split (m_i = T) and N = 3: each owner spends about a third of its ε; the capped
     split at its median cap spends (nearly) all of it."""
@@ -187,7 +202,7 @@ def test_every_threshold_is_documented():
     from helpers import ROOT
 
     page = (ROOT / "docs" / "reference" / "diagnostics.md").read_text(encoding="utf-8")
-    for code in ("weak_model", "budget_unspent", "owners_never_asked", "network_losses",
+    for code in ("weak_model", "floor_dominates", "budget_unspent", "owners_never_asked", "network_losses",
                  "learner_surplus_negative", "step_near_stability_limit", "forecast_far", "clipping_heavy"):
         assert f"`{code}`" in page, code
     for name, value in diagnostics.THRESHOLDS.items():
