@@ -81,7 +81,9 @@ def replace_marked(page: Path, name: str, text: str, write: bool) -> bool:
 
     same = comparable(found.group(2)) == comparable(text)
     if write:
-        page.write_text(source[: found.start(2)] + text.strip() + "\n" + source[found.end(2):], encoding="utf-8")
+        # blank lines around: Markdown reads a table only as a block of its own, not glued to a comment
+        page.write_text(source[: found.start(2)] + "\n" + text.strip() + "\n\n" + source[found.end(2):],
+                        encoding="utf-8")
     return same
 
 
@@ -138,6 +140,47 @@ def _sizes(scenario: dict) -> str:
 
 def _psi(summary: dict) -> str:
     return f"{summary['psi_mean']:.3g} ({summary['psi_q25']:.2g}–{summary['psi_q75']:.2g})"
+
+
+CLIP_QUANTILES = "0.999,0.99,0.95,0.9,0.8,0.5"
+CAP_QUANTILES = "0.999,0.99,0.9,0.7,0.5"
+ORDER = ("three_banks", "two_clinics", "card_issuers", "card_svm", "phones", "branches")
+
+
+def quantile_table(key: str, values: str, fixed: list[str]) -> str:
+    """Mean ψ of each scenario of docs/guides/defaults/ over a sweep of one quantile (8 replications
+    per cell, common random numbers), the default's row in bold."""
+    import csv
+
+    start = time.perf_counter()
+    columns = {}
+    with tempfile.TemporaryDirectory() as work:
+        for name in ORDER:
+            out = Path(work) / name
+            dpmarket("sweep", str(DEFAULTS / f"{name}.toml"), "--grid", f"{key}={values}", *fixed,
+                     "--replications", "8", "--workers", "2", "--quiet", "--out", str(out), cwd=ROOT)
+            with open(out / "sweep.csv", encoding="utf-8") as fh:
+                columns[name] = {float(r[key]): float(r["psi_mean"]) for r in csv.DictReader(fh)}
+    default = 0.9
+    label = key.split(".")[-1].replace("_", " ")
+    rows = [f"| {label} | {' | '.join(ORDER)} |", "|" + " --- |" * (len(ORDER) + 1)]
+    for value in (float(v) for v in values.split(",")):
+        cells = [f"{columns[name][value]:.2g}" for name in ORDER]
+        first = f"{value:g}"
+        if value == default:
+            first, cells = f"**{first}** (default)", [f"**{c}**" for c in cells]
+        rows.append(f"| {first} | {' | '.join(cells)} |")
+    rows += ["", f"Measured by `docs/scripts/measure.py write quantiles` (`dpmarket sweep SCENARIO --grid "
+                 f"{key}={values} {' '.join(fixed)} --replications 8` for each) in "
+                 f"{time.perf_counter() - start:.0f} s on {machine()}."]
+    return "\n".join(rows)
+
+
+def quantiles(write: bool) -> bool:
+    page = DOCS / "guides" / "defaults.md"
+    clip = quantile_table("privacy.clip_quantile", CLIP_QUANTILES, ["--set", "privacy.cap_quantile=0.999"])
+    cap = quantile_table("privacy.cap_quantile", CAP_QUANTILES, [])
+    return replace_marked(page, "clip-quantile", clip, write) & replace_marked(page, "cap-quantile", cap, write)
 
 
 # --- the market in time study (docs/how-to/market-in-time.md) ---------------------------------
@@ -331,6 +374,7 @@ TASKS = {
     "defaults": lambda write: replace_marked(DOCS / "guides" / "defaults.md", "defaults", defaults_table(), write),
     "market-in-time": lambda write: replace_marked(DOCS / "how-to" / "market-in-time.md", "market-in-time",
                                                    market_in_time_table(), write),
+    "quantiles": quantiles,
     "figures": figures,
 }
 
