@@ -276,6 +276,62 @@ def figures(write: bool) -> bool:
     return same
 
 
+# --- the paper reproductions (docs/paper/, scenarios/paper/README.md) ---------------------------
+
+LENDING, MANY, HOSPITALS = (f"scenarios/paper/{n}.toml" for n in ("lending_banks", "many_banks", "ny_hospitals"))
+PAPER = {  # docs/paper/STUDY: the command that made it (scenarios/paper/README.md), long ones last
+    **{f"lending_convergence_eps{e}": ["run", LENDING, "--replications", "100", "--set", f"privacy.epsilon={e}"]
+       for e in (10, 100, 1000)},
+    **{f"hospitals_convergence_eps{e}": ["run", HOSPITALS, "--replications", "100", "--set",
+                                          f"privacy.epsilon={e}"] for e in (10, 100, 1000)},
+    "hospitals_epsilon": ["sweep", HOSPITALS, "--replications", "100", "--grid",
+                          "privacy.epsilon=0.1,1,10,100,1000,10000"],
+    "lending_noise_free": ["sweep", LENDING, "--replications", "10", "--grid", "learner.rho=3,6", "--set",
+                           "privacy.epsilon=1e7"],
+    "lending_scaling": ["sweep", LENDING, "--replications", "100", "--grid", "privacy.epsilon=25,50,100,250,500",
+                        "--grid", "data.records=100000,200000,300000,500000,1000000"],
+    "many_banks_noise_free": ["sweep", MANY, "--replications", "10", "--grid", "data.owners=2,20,50,200", "--grid",
+                              "learner.iterations=1000,10000", "--grid", "learner.theta_l_step=printed,proof",
+                              "--set", "privacy.epsilon=1e7"],
+    "many_banks_capped": ["sweep", MANY, "--replications", "100", "--grid", "data.owners=2,5,10,20,50,100,200",
+                          "--grid", "privacy.epsilon=2.5,10,25,100,250,1000"],
+    "many_banks_horizon": ["sweep", MANY, "--replications", "100", "--grid", "data.owners=2,5,10,20,50,100,200",
+                           "--grid", "privacy.epsilon=2.5,10,25,100,250,1000", "--set", "privacy.split=horizon"],
+}
+VOLATILE = ("wall_seconds", "executor", "workers", "scheduler", "reused_replications", "figures")
+
+
+def paper(write: bool, only: list[str] | None = None) -> bool:
+    """Run the paper reproductions again: every table (sweep.csv, sweep_owners.csv) must be the same
+    bytes and every JSON the same values but for how the work was done (executor, workers, wall time,
+    the figures' list); ``write`` copies the figures drawn now. About 25 minutes on two cores."""
+    same = True
+    with tempfile.TemporaryDirectory() as work:
+        for study, args in PAPER.items():
+            if only and study not in only:
+                continue
+            out = Path(work) / study
+            dpmarket(*args, "--executor", "process", "--workers", "2", "--quiet", "--out", str(out), cwd=ROOT)
+            target = DOCS / "paper" / study
+            for kept in sorted(target.iterdir()):
+                new = out / kept.name
+                if kept.suffix == ".json":
+                    a, b = (json.loads(f.read_text()) for f in (kept, new))
+                    ok = {k: v for k, v in a.items() if k not in VOLATILE} == \
+                        {k: v for k, v in b.items() if k not in VOLATILE}
+                elif kept.suffix == ".csv":
+                    ok = kept.read_bytes() == new.read_bytes()
+                else:  # a figure: redrawn as the figures are drawn now
+                    ok = True
+                    if write:
+                        shutil.copyfile(new, kept)
+                if not ok:
+                    same = False
+                    print(f"docs/paper/{study}/{kept.name}: the numbers differ from the committed ones")
+            print(f"docs/paper/{study}: {'the same numbers' if same else 'DIFFERENT numbers'}")
+    return same
+
+
 # --- console blocks ---------------------------------------------------------------------------
 
 def console(write: bool) -> bool:
@@ -301,6 +357,19 @@ def _console_page(page: Path, text: str) -> str:
         cwd = Path(work)
         (cwd / "scenarios").symlink_to(ROOT / "scenarios")
         namespace: dict = {"__name__": "__docs__"}
+        here = os.getcwd()
+        os.chdir(cwd)  # the page's Python sessions write where its commands run, as the harness has it
+        try:
+            _page_blocks(page, text, cwd, namespace, out)
+        finally:
+            os.chdir(here)
+    return "".join(out)
+
+
+def _page_blocks(page: Path, text: str, cwd: Path, namespace: dict, out: list[str]) -> None:
+    """Each block of the page in order; ``out`` gets the page's text with console blocks re-printed."""
+    last = 0
+    if True:
         for m in harness.FENCE.finditer(text):
             info = m.group("info").strip()
             lang = info.split()[0] if info else ""
@@ -325,7 +394,6 @@ def _console_page(page: Path, text: str) -> str:
                     print(f"{page.relative_to(ROOT)}:{line}: a Python session prints otherwise (fix by hand):\n"
                           f"{failure}")
     out.append(text[last:])
-    return "".join(out)
 
 
 def _run_console(body: str, cwd: Path, page: Path, line: int) -> str:
@@ -376,6 +444,7 @@ TASKS = {
                                                    market_in_time_table(), write),
     "quantiles": quantiles,
     "figures": figures,
+    "paper": paper,
 }
 
 

@@ -165,8 +165,8 @@ def unspent_lever(scenario: Scenario) -> str:
     """Why budgets go unspent and the key that would spend them."""
     p = scenario.privacy
     if p.split == "horizon":
-        return ("each budgets T answers and is asked about T/N times: set privacy.split = 'capped' "
-                "(or privacy.preset unset)")
+        return ("each budgets T answers and is asked about T/N times: set privacy.split = 'capped'"
+                + (" (privacy.preset = 'paper' sets 'horizon')" if p.preset == "paper" else ""))
     if p.cap is not None or any(o.cap is not None for o in scenario.owners):
         return "their answer caps exceed their queries: lower privacy.cap (or the [[owners]] caps)"
     return (f"their answer caps (the {p.cap_quantile:g} quantile of their queries) exceed what they "

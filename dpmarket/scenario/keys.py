@@ -300,7 +300,7 @@ def commented_toml(scenario: Scenario) -> str:
     its explanation as comments and followed by its unit: loading it gives this scenario back."""
     table = scenario.resolved_table()
     lines = ["# A dpmarket scenario, resolved: every default filled in, each key explained above it",
-             "# (`dpmarket explain KEY` tells more). Running this file runs the same scenario.", ""]
+             "# (`dpmarket explain KEY` tells more). Running this file runs the same scenario."]
     lines += _table_lines(table, Scenario, "")
     for item in table.get("owners", []):
         lines += ["", "[[owners]]", *_table_lines(item, OwnerSpec, "owners.")]
