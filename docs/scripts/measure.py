@@ -2,9 +2,15 @@
 
 Run from the repository root::
 
-    .venv/bin/python docs/scripts/measure.py check               # everything; exit 1 on a difference
-    .venv/bin/python docs/scripts/measure.py check console       # one task (or several)
-    .venv/bin/python docs/scripts/measure.py write               # measure again and rewrite the pages
+    .venv/bin/python docs/scripts/measure.py check console defaults   # some tasks; exit 1 on a difference
+    .venv/bin/python docs/scripts/measure.py write                    # every task: measure, rewrite the pages
+
+How the docs build should call it: the console blocks are already replayed by the test suite
+(``tests/docs``); before a release, and whenever the code changes what a command prints, run
+``measure.py write console defaults market-in-time figures`` (about 10 minutes on two cores) and
+commit what it rewrites; ``quantiles`` (10 minutes) and ``paper`` (about 25 minutes) when the
+learning or privacy code changes. CI can run ``measure.py check console`` (2 minutes) to refuse a
+page whose printed lines went stale.
 
 Tasks (each re-runs the commands whose output a page shows):
 
@@ -58,14 +64,16 @@ def machine() -> str:
 
 def dpmarket(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     """``python -m dpmarket ARGS`` in ``cwd``; a failure stops the measurement with its output."""
-    done = subprocess.run([sys.executable, "-m", "dpmarket", *args], cwd=cwd, env=ENV, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "dpmarket", *args], cwd=cwd, env=ENV, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise SystemExit(f"dpmarket {' '.join(args)} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
     return done
 
 
 # --- generated tables between markers ----------------------------------------------------------
+
 
 def replace_marked(page: Path, name: str, text: str, write: bool) -> bool:
     """Put ``text`` between the page's markers of ``name``; True when the page already held it
@@ -82,8 +90,9 @@ def replace_marked(page: Path, name: str, text: str, write: bool) -> bool:
     same = comparable(found.group(2)) == comparable(text)
     if write:
         # blank lines around: Markdown reads a table only as a block of its own, not glued to a comment
-        page.write_text(source[: found.start(2)] + "\n" + text.strip() + "\n\n" + source[found.end(2):],
-                        encoding="utf-8")
+        page.write_text(
+            source[: found.start(2)] + "\n" + text.strip() + "\n\n" + source[found.end(2) :], encoding="utf-8"
+        )
     return same
 
 
@@ -96,28 +105,45 @@ REPLICATIONS = 20
 def defaults_table() -> str:
     """Each scenario of docs/guides/defaults/ with the papers' set-up (privacy.preset = "paper") and
     with the defaults: mean ψ (and its 25–75 % range) over 20 replications against ψ(θ = 0)."""
-    rows = ["| scenario | loss | owners | records per owner | ε | ψ(θ = 0) | ψ, papers' set-up | "
-            "ψ, defaults | defaults / ψ(θ = 0) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| scenario | loss | owners | records per owner | ε | ψ(θ = 0) | ψ, papers' set-up | "
+        "ψ, defaults | defaults / ψ(θ = 0) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         for path in sorted(DEFAULTS.glob("*.toml")):
             before = _replicated(path, ["--set", "privacy.preset=paper"], Path(work) / f"{path.stem}-paper")
             after = _replicated(path, [], Path(work) / f"{path.stem}-defaults")
             scenario = _resolved(path)
-            rows.append(f"| [`{path.stem}`](defaults/{path.name}) | {scenario['model']['loss']} | "
-                        f"{after['owners']} | {_sizes(scenario)} | {scenario['privacy']['epsilon']:g} | "
-                        f"{after['psi_zero']:.3g} | {_psi(before)} | {_psi(after)} | "
-                        f"{after['psi_mean'] / after['psi_zero']:.2g} |")
+            rows.append(
+                f"| [`{path.stem}`](defaults/{path.name}) | {scenario['model']['loss']} | "
+                f"{after['owners']} | {_sizes(scenario)} | {scenario['privacy']['epsilon']:g} | "
+                f"{after['psi_zero']:.3g} | {_psi(before)} | {_psi(after)} | "
+                f"{after['psi_mean'] / after['psi_zero']:.2g} |"
+            )
     rows.append("")
-    rows.append(f"Measured by `docs/scripts/measure.py write defaults` in {time.perf_counter() - start:.0f} s "
-                f"({REPLICATIONS} replications per cell, 2 worker processes) on {machine()}.")
+    rows.append(
+        f"Measured by `docs/scripts/measure.py write defaults` in {time.perf_counter() - start:.0f} s "
+        f"({REPLICATIONS} replications per cell, 2 worker processes) on {machine()}."
+    )
     return "\n".join(rows)
 
 
 def _replicated(path: Path, extra: list[str], out: Path) -> dict:
-    dpmarket("run", str(path), "--replications", str(REPLICATIONS), "--workers", "2", "--quiet",
-             "--out", str(out), *extra, cwd=ROOT)
+    dpmarket(
+        "run",
+        str(path),
+        "--replications",
+        str(REPLICATIONS),
+        "--workers",
+        "2",
+        "--quiet",
+        "--out",
+        str(out),
+        *extra,
+        cwd=ROOT,
+    )
     return json.loads((out / "summary.json").read_text(encoding="utf-8"))
 
 
@@ -135,7 +161,9 @@ def _sizes(scenario: dict) -> str:
         return ", ".join(f"{r:,}" for r in records)
     spec = dict(records)
     kind = spec.pop("distribution")
-    return f"{kind} ({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v:g}' for k, v in spec.items())})"
+    return (
+        f"{kind} ({', '.join(f'{k} {v:,}' if isinstance(v, int) else f'{k} {v:g}' for k, v in spec.items())})"
+    )
 
 
 def _psi(summary: dict) -> str:
@@ -157,8 +185,21 @@ def quantile_table(key: str, values: str, fixed: list[str]) -> str:
     with tempfile.TemporaryDirectory() as work:
         for name in ORDER:
             out = Path(work) / name
-            dpmarket("sweep", str(DEFAULTS / f"{name}.toml"), "--grid", f"{key}={values}", *fixed,
-                     "--replications", "8", "--workers", "2", "--quiet", "--out", str(out), cwd=ROOT)
+            dpmarket(
+                "sweep",
+                str(DEFAULTS / f"{name}.toml"),
+                "--grid",
+                f"{key}={values}",
+                *fixed,
+                "--replications",
+                "8",
+                "--workers",
+                "2",
+                "--quiet",
+                "--out",
+                str(out),
+                cwd=ROOT,
+            )
             with open(out / "sweep.csv", encoding="utf-8") as fh:
                 columns[name] = {float(r[key]): float(r["psi_mean"]) for r in csv.DictReader(fh)}
     default = 0.9
@@ -170,9 +211,12 @@ def quantile_table(key: str, values: str, fixed: list[str]) -> str:
         if value == default:
             first, cells = f"**{first}** (default)", [f"**{c}**" for c in cells]
         rows.append(f"| {first} | {' | '.join(cells)} |")
-    rows += ["", f"Measured by `docs/scripts/measure.py write quantiles` (`dpmarket sweep SCENARIO --grid "
-                 f"{key}={values} {' '.join(fixed)} --replications 8` for each) in "
-                 f"{time.perf_counter() - start:.0f} s on {machine()}."]
+    rows += [
+        "",
+        f"Measured by `docs/scripts/measure.py write quantiles` (`dpmarket sweep SCENARIO --grid "
+        f"{key}={values} {' '.join(fixed)} --replications 8` for each) in "
+        f"{time.perf_counter() - start:.0f} s on {machine()}.",
+    ]
     return "\n".join(rows)
 
 
@@ -180,15 +224,20 @@ def quantiles(write: bool) -> bool:
     page = DOCS / "guides" / "defaults.md"
     clip = quantile_table("privacy.clip_quantile", CLIP_QUANTILES, ["--set", "privacy.cap_quantile=0.999"])
     cap = quantile_table("privacy.cap_quantile", CAP_QUANTILES, [])
-    return replace_marked(page, "clip-quantile", clip, write) & replace_marked(page, "cap-quantile", cap, write)
+    return replace_marked(page, "clip-quantile", clip, write) & replace_marked(
+        page, "cap-quantile", cap, write
+    )
 
 
 # --- the market in time study (docs/how-to/market-in-time.md) ---------------------------------
 
-STUDY = [("static", []), ("fixed, on_compute", ["market.mode=dynamic", "market.rule=fixed", "market.payment=on_compute"]),
-         ("fixed, on_delivery", ["market.mode=dynamic", "market.rule=fixed", "market.payment=on_delivery"]),
-         ("progress, on_compute", ["market.mode=dynamic", "market.rule=progress", "market.payment=on_compute"]),
-         ("progress, on_delivery", ["market.mode=dynamic", "market.rule=progress", "market.payment=on_delivery"])]
+STUDY = [
+    ("static", []),
+    ("fixed, on_compute", ["market.mode=dynamic", "market.rule=fixed", "market.payment=on_compute"]),
+    ("fixed, on_delivery", ["market.mode=dynamic", "market.rule=fixed", "market.payment=on_delivery"]),
+    ("progress, on_compute", ["market.mode=dynamic", "market.rule=progress", "market.payment=on_compute"]),
+    ("progress, on_delivery", ["market.mode=dynamic", "market.rule=progress", "market.payment=on_delivery"]),
+]
 
 
 def market_in_time_table() -> str:
@@ -197,8 +246,11 @@ def market_in_time_table() -> str:
     time and the end time."""
     import csv
 
-    rows = ["| scenario | market | ψ final | paid | gain/paid | Σ utility | min utility | leaves (budget) | "
-            "first leave | end time |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    rows = [
+        "| scenario | market | ψ final | paid | gain/paid | Σ utility | min utility | leaves (budget) | "
+        "first leave | end time |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
         for name in ("ny_hospitals", "banks_market"):
@@ -206,7 +258,15 @@ def market_in_time_table() -> str:
                 figures = []
                 for seed in (1, 2, 3):
                     out = Path(work) / f"{name}-{label}-{seed}".replace(" ", "").replace(",", "-")
-                    args = ["run", f"scenarios/{name}.toml", "--seed", str(seed), "--quiet", "--out", str(out)]
+                    args = [
+                        "run",
+                        f"scenarios/{name}.toml",
+                        "--seed",
+                        str(seed),
+                        "--quiet",
+                        "--out",
+                        str(out),
+                    ]
                     for s in sets:
                         args += ["--set", s]
                     dpmarket(*args, cwd=ROOT)
@@ -216,15 +276,25 @@ def market_in_time_table() -> str:
                     with open(out / "events.csv", encoding="utf-8") as fh:
                         leaves = [r for r in csv.DictReader(fh) if r["kind"] == "leave"]
                     paid = summary["total_payment"]
-                    figures.append({"psi": summary["psi_final"], "paid": paid,
-                                    "gain": (summary["psi_zero"] - summary["psi_final"]) / paid,
-                                    "sum": sum(utility), "min": min(utility), "leaves": len(leaves),
-                                    "budget": sum(r["detail"] == "budget spent" for r in leaves),
-                                    "first": min((float(r["time"]) for r in leaves), default=None),
-                                    "end": summary["simulated_time"]})
+                    figures.append(
+                        {
+                            "psi": summary["psi_final"],
+                            "paid": paid,
+                            "gain": (summary["psi_zero"] - summary["psi_final"]) / paid,
+                            "sum": sum(utility),
+                            "min": min(utility),
+                            "leaves": len(leaves),
+                            "budget": sum(r["detail"] == "budget spent" for r in leaves),
+                            "first": min((float(r["time"]) for r in leaves), default=None),
+                            "end": summary["simulated_time"],
+                        }
+                    )
                 rows.append(_study_row(name, label, figures))
-    rows += ["", f"Measured by `docs/scripts/measure.py write market-in-time` in "
-                 f"{time.perf_counter() - start:.0f} s on {machine()}."]
+    rows += [
+        "",
+        f"Measured by `docs/scripts/measure.py write market-in-time` in "
+        f"{time.perf_counter() - start:.0f} s on {machine()}.",
+    ]
     return "\n".join(rows)
 
 
@@ -237,21 +307,49 @@ def _study_row(name: str, label: str, figures: list[dict]) -> str:
 
     firsts = [f["first"] for f in figures if f["first"] is not None]
     first = number(sum(firsts) / len(firsts), ".1f") if firsts else "–"
-    return (f"| {name} | {label} | {number(mean('psi'), '.3g')} | {number(mean('paid'), '.4g')} | "
-            f"{number(mean('gain'), '.2g')} | {number(mean('sum'), '.4g')} | {number(mean('min'), '.3g')} | "
-            f"{number(mean('leaves'), '.3g')} ({number(mean('budget'), '.3g')}) | {first} | "
-            f"{number(mean('end'), '.3g')} |")
+    return (
+        f"| {name} | {label} | {number(mean('psi'), '.3g')} | {number(mean('paid'), '.4g')} | "
+        f"{number(mean('gain'), '.2g')} | {number(mean('sum'), '.4g')} | {number(mean('min'), '.3g')} | "
+        f"{number(mean('leaves'), '.3g')} ({number(mean('budget'), '.3g')}) | {first} | "
+        f"{number(mean('end'), '.3g')} |"
+    )
 
 
 # --- figures ----------------------------------------------------------------------------------
 
 FIGURES = [
-    (["sweep", "scenarios/lending_banks.toml", "--grid", "privacy.mechanism=laplace,gaussian", "--grid",
-      "privacy.accountant=basic,rdp,pld", "--grid", "privacy.epsilon=1,3,10,30,100", "--set", "privacy.delta=1e-6",
-      "--replications", "20", "--workers", "2", "--quiet"], {"psi_epsilon.png": "accounting_lending.png"}),
-    (["market", "scenarios/banks_market.toml", "--replications", "5", "--quiet", "--policies",
-      "posted_price,record_price,take_it_or_leave_it,procurement,stackelberg,auction,marginal"],
-     {"psi_payment.png": "market_banks.png", "epsilons.png": "market_banks_epsilons.png"}),
+    (
+        [
+            "sweep",
+            "scenarios/lending_banks.toml",
+            "--grid",
+            "privacy.mechanism=laplace,gaussian",
+            "--grid",
+            "privacy.accountant=basic,rdp,pld",
+            "--grid",
+            "privacy.epsilon=1,3,10,30,100",
+            "--set",
+            "privacy.delta=1e-6",
+            "--replications",
+            "20",
+            "--workers",
+            "2",
+            "--quiet",
+        ],
+        {"psi_epsilon.png": "accounting_lending.png"},
+    ),
+    (
+        [
+            "market",
+            "scenarios/banks_market.toml",
+            "--replications",
+            "5",
+            "--quiet",
+            "--policies",
+            "posted_price,record_price,take_it_or_leave_it,procurement,stackelberg,auction,marginal",
+        ],
+        {"psi_payment.png": "market_banks.png", "epsilons.png": "market_banks_epsilons.png"},
+    ),
 ]
 
 
@@ -278,25 +376,96 @@ def figures(write: bool) -> bool:
 
 # --- the paper reproductions (docs/paper/, scenarios/paper/README.md) ---------------------------
 
-LENDING, MANY, HOSPITALS = (f"scenarios/paper/{n}.toml" for n in ("lending_banks", "many_banks", "ny_hospitals"))
+LENDING, MANY, HOSPITALS = (
+    f"scenarios/paper/{n}.toml" for n in ("lending_banks", "many_banks", "ny_hospitals")
+)
 PAPER = {  # docs/paper/STUDY: the command that made it (scenarios/paper/README.md), long ones last
-    **{f"lending_convergence_eps{e}": ["run", LENDING, "--replications", "100", "--set", f"privacy.epsilon={e}"]
-       for e in (10, 100, 1000)},
-    **{f"hospitals_convergence_eps{e}": ["run", HOSPITALS, "--replications", "100", "--set",
-                                          f"privacy.epsilon={e}"] for e in (10, 100, 1000)},
-    "hospitals_epsilon": ["sweep", HOSPITALS, "--replications", "100", "--grid",
-                          "privacy.epsilon=0.1,1,10,100,1000,10000"],
-    "lending_noise_free": ["sweep", LENDING, "--replications", "10", "--grid", "learner.rho=3,6", "--set",
-                           "privacy.epsilon=1e7"],
-    "lending_scaling": ["sweep", LENDING, "--replications", "100", "--grid", "privacy.epsilon=25,50,100,250,500",
-                        "--grid", "data.records=100000,200000,300000,500000,1000000"],
-    "many_banks_noise_free": ["sweep", MANY, "--replications", "10", "--grid", "data.owners=2,20,50,200", "--grid",
-                              "learner.iterations=1000,10000", "--grid", "learner.theta_l_step=printed,proof",
-                              "--set", "privacy.epsilon=1e7"],
-    "many_banks_capped": ["sweep", MANY, "--replications", "100", "--grid", "data.owners=2,5,10,20,50,100,200",
-                          "--grid", "privacy.epsilon=2.5,10,25,100,250,1000"],
-    "many_banks_horizon": ["sweep", MANY, "--replications", "100", "--grid", "data.owners=2,5,10,20,50,100,200",
-                           "--grid", "privacy.epsilon=2.5,10,25,100,250,1000", "--set", "privacy.split=horizon"],
+    **{
+        f"lending_convergence_eps{e}": [
+            "run",
+            LENDING,
+            "--replications",
+            "100",
+            "--set",
+            f"privacy.epsilon={e}",
+        ]
+        for e in (10, 100, 1000)
+    },
+    **{
+        f"hospitals_convergence_eps{e}": [
+            "run",
+            HOSPITALS,
+            "--replications",
+            "100",
+            "--set",
+            f"privacy.epsilon={e}",
+        ]
+        for e in (10, 100, 1000)
+    },
+    "hospitals_epsilon": [
+        "sweep",
+        HOSPITALS,
+        "--replications",
+        "100",
+        "--grid",
+        "privacy.epsilon=0.1,1,10,100,1000,10000",
+    ],
+    "lending_noise_free": [
+        "sweep",
+        LENDING,
+        "--replications",
+        "10",
+        "--grid",
+        "learner.rho=3,6",
+        "--set",
+        "privacy.epsilon=1e7",
+    ],
+    "lending_scaling": [
+        "sweep",
+        LENDING,
+        "--replications",
+        "100",
+        "--grid",
+        "privacy.epsilon=25,50,100,250,500",
+        "--grid",
+        "data.records=100000,200000,300000,500000,1000000",
+    ],
+    "many_banks_noise_free": [
+        "sweep",
+        MANY,
+        "--replications",
+        "10",
+        "--grid",
+        "data.owners=2,20,50,200",
+        "--grid",
+        "learner.iterations=1000,10000",
+        "--grid",
+        "learner.theta_l_step=printed,proof",
+        "--set",
+        "privacy.epsilon=1e7",
+    ],
+    "many_banks_capped": [
+        "sweep",
+        MANY,
+        "--replications",
+        "100",
+        "--grid",
+        "data.owners=2,5,10,20,50,100,200",
+        "--grid",
+        "privacy.epsilon=2.5,10,25,100,250,1000",
+    ],
+    "many_banks_horizon": [
+        "sweep",
+        MANY,
+        "--replications",
+        "100",
+        "--grid",
+        "data.owners=2,5,10,20,50,100,200",
+        "--grid",
+        "privacy.epsilon=2.5,10,25,100,250,1000",
+        "--set",
+        "privacy.split=horizon",
+    ],
 }
 VOLATILE = ("wall_seconds", "executor", "workers", "scheduler", "reused_replications", "figures")
 
@@ -317,8 +486,9 @@ def paper(write: bool, only: list[str] | None = None) -> bool:
                 new = out / kept.name
                 if kept.suffix == ".json":
                     a, b = (json.loads(f.read_text()) for f in (kept, new))
-                    ok = {k: v for k, v in a.items() if k not in VOLATILE} == \
-                        {k: v for k, v in b.items() if k not in VOLATILE}
+                    ok = {k: v for k, v in a.items() if k not in VOLATILE} == {
+                        k: v for k, v in b.items() if k not in VOLATILE
+                    }
                 elif kept.suffix == ".csv":
                     ok = kept.read_bytes() == new.read_bytes()
                 else:  # a figure: redrawn as the figures are drawn now
@@ -333,6 +503,7 @@ def paper(write: bool, only: list[str] | None = None) -> bool:
 
 
 # --- console blocks ---------------------------------------------------------------------------
+
 
 def console(write: bool) -> bool:
     """Run every page's examples; rewrite the printed lines of console blocks that changed."""
@@ -352,7 +523,7 @@ def console(write: bool) -> bool:
 
 def _console_page(page: Path, text: str) -> str:
     """The page with each console block's output replaced by what its commands print now."""
-    out, last = [], 0
+    out: list[str] = []
     with tempfile.TemporaryDirectory() as work:
         cwd = Path(work)
         (cwd / "scenarios").symlink_to(ROOT / "scenarios")
@@ -369,30 +540,31 @@ def _console_page(page: Path, text: str) -> str:
 def _page_blocks(page: Path, text: str, cwd: Path, namespace: dict, out: list[str]) -> None:
     """Each block of the page in order; ``out`` gets the page's text with console blocks re-printed."""
     last = 0
-    if True:
-        for m in harness.FENCE.finditer(text):
-            info = m.group("info").strip()
-            lang = info.split()[0] if info else ""
-            title = harness.TITLE.search(info)
-            indent = len(m.group("indent"))
-            body = "\n".join(line[indent:] for line in m.group("body").splitlines())
-            line = text[: m.start()].count("\n") + 1
-            if title:
-                target = cwd / title.group(1)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(body + "\n", encoding="utf-8")
-            elif lang == "console":
-                new = _run_console(body, cwd, page, line)
-                prefix = " " * indent
-                rendered = "\n".join(prefix + row if row else row for row in new.splitlines()) + "\n"
-                out.append(text[last: m.start("body")] + rendered)
-                last = m.end("body")
-            elif lang == "pycon":
-                try:
-                    harness.run_pycon(harness.Block(lang, None, body, line), namespace, page)
-                except AssertionError as failure:
-                    print(f"{page.relative_to(ROOT)}:{line}: a Python session prints otherwise (fix by hand):\n"
-                          f"{failure}")
+    for m in harness.FENCE.finditer(text):
+        info = m.group("info").strip()
+        lang = info.split()[0] if info else ""
+        title = harness.TITLE.search(info)
+        indent = len(m.group("indent"))
+        body = "\n".join(line[indent:] for line in m.group("body").splitlines())
+        line = text[: m.start()].count("\n") + 1
+        if title:
+            target = cwd / title.group(1)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(body + "\n", encoding="utf-8")
+        elif lang == "console":
+            new = _run_console(body, cwd, page, line)
+            prefix = " " * indent
+            rendered = "\n".join(prefix + row if row else row for row in new.splitlines()) + "\n"
+            out.append(text[last : m.start("body")] + rendered)
+            last = m.end("body")
+        elif lang == "pycon":
+            try:
+                harness.run_pycon(harness.Block(lang, None, body, line), namespace, page)
+            except AssertionError as failure:
+                print(
+                    f"{page.relative_to(ROOT)}:{line}: a Python session prints otherwise (fix by hand):\n"
+                    f"{failure}"
+                )
     out.append(text[last:])
 
 
@@ -401,17 +573,23 @@ def _run_console(body: str, cwd: Path, page: Path, line: int) -> str:
     segments = _segments(body)
     rebuilt = []
     for command_lines, expected in segments:
-        command = " ".join(part.rstrip("\\").strip() if i else part[2:].rstrip("\\").rstrip()
-                           for i, part in enumerate(command_lines))
+        command = " ".join(
+            part.rstrip("\\").strip() if i else part[2:].rstrip("\\").rstrip()
+            for i, part in enumerate(command_lines)
+        )
         shell = re.sub(r"(^|[;&|]\s*)python\b", lambda m: m.group(1) + sys.executable, command)
-        done = subprocess.run(["bash", "-c", shell], cwd=cwd, capture_output=True, text=True, env=ENV, timeout=900)
+        done = subprocess.run(
+            ["bash", "-c", shell], cwd=cwd, capture_output=True, text=True, env=ENV, timeout=900
+        )
         printed = (done.stdout + done.stderr).rstrip("\n")
         want = harness.normalise("\n".join(expected)).splitlines()
         got = harness.normalise(printed).splitlines()
         keep = harness.matches(want, got)
         if not keep and "..." in want:
-            print(f"{page.relative_to(ROOT)}:{line}: $ {command}\n  prints otherwise, and its block elides "
-                  f"lines: fix by hand. It prints:\n{printed}")
+            print(
+                f"{page.relative_to(ROOT)}:{line}: $ {command}\n  prints otherwise, and its block elides "
+                f"lines: fix by hand. It prints:\n{printed}"
+            )
             keep = True
         rebuilt += command_lines + (expected if keep else printed.splitlines())
     return "\n".join(rebuilt)
@@ -439,9 +617,12 @@ def _segments(body: str) -> list[tuple[list[str], list[str]]]:
 
 TASKS = {
     "console": console,
-    "defaults": lambda write: replace_marked(DOCS / "guides" / "defaults.md", "defaults", defaults_table(), write),
-    "market-in-time": lambda write: replace_marked(DOCS / "how-to" / "market-in-time.md", "market-in-time",
-                                                   market_in_time_table(), write),
+    "defaults": lambda write: replace_marked(
+        DOCS / "guides" / "defaults.md", "defaults", defaults_table(), write
+    ),
+    "market-in-time": lambda write: replace_marked(
+        DOCS / "how-to" / "market-in-time.md", "market-in-time", market_in_time_table(), write
+    ),
     "quantiles": quantiles,
     "figures": figures,
     "paper": paper,
@@ -464,8 +645,10 @@ def main(argv: list[str] | None = None) -> int:
         if not same:
             failed.append(name)
     if failed and args.action == "check":
-        print(f"re-measured figures differ from the docs in: {', '.join(failed)}; "
-              "`docs/scripts/measure.py write` rewrites them")
+        print(
+            f"re-measured figures differ from the docs in: {', '.join(failed)}; "
+            "`docs/scripts/measure.py write` rewrites them"
+        )
         return 1
     return 0
 
