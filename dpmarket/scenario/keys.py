@@ -216,7 +216,9 @@ def explain(path: str = "") -> str:
                            subsequent_indent="           ")
     if key.unit:
         lines.append(f"  unit:    {key.unit}")
-    lines.append(_cut(f"  in:      {_section_name(key)} — {_first_sentence(_doc(key.table))}"))
+    where = "the scenario file's top level" if key.table is Scenario else \
+        f"{_section_name(key)} — {_first_sentence(_doc(key.table))}"
+    lines.append(_cut(f"  in:      {where}"))
     for table in key.tables:
         heading = f"  keys of {_table_label(key.path, table)}:"
         lines += ["", heading, *_key_lines(table, "    ", key.path + ".")]
