@@ -267,13 +267,15 @@ def _forecast(result: RunResult) -> Diagnostic | None:
     factor = max(forecast / simulated, simulated / forecast)
     if factor < FORECAST_FACTOR:
         return None
-    source = result.market.source
-    text = (f"the forecast the market settled on is {factor:.3g}× off the simulation (psi {forecast:.4g} "
-            f"forecast, {simulated:.4g} simulated): its prices rest on it; "
-            + ("calibrate it with pilot runs (leave market.forecast unset)" if "pilot" not in source
-               else "widen market.pilots (levels, replications) around the budgets traded"))
-    return Diagnostic("forecast_far", WARNING, text, {"psi_forecast": forecast, "psi_simulated": simulated,
-                                                      "factor": factor}, oracle=True)
+    calibrated = "calibrated" in result.market.source  # by pilot runs (else explicit or the law alone)
+    text = (f"the forecast the market settled on is {factor:.3g}× off this run (psi {forecast:.4g} "
+            f"forecast, {simulated:.4g} simulated), and the deal rests on it: "
+            + ("widen market.pilots (levels, replications) around the budgets traded" if calibrated
+               else "calibrate it by pilot runs (leave market.forecast unset)")
+            + "; one run is one draw of the noise, `dpmarket market --replications 10` compares the "
+              "forecast with a mean")
+    figures = {"psi_forecast": forecast, "psi_simulated": simulated, "factor": factor}
+    return Diagnostic("forecast_far", WARNING, text, figures, oracle=True)
 
 
 def _clipping(result: RunResult) -> Diagnostic | None:
