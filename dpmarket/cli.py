@@ -9,10 +9,11 @@ import textwrap
 from pathlib import Path
 
 from dpmarket._version import __version__
-from dpmarket.errors import DPMarketError, UsageError, one_line
+from dpmarket.errors import DPMarketError, UsageError, one_line, warn
 from dpmarket.replay import compiled
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
+STRICT_STATUS = 3  # --strict: a diagnostic warned (the command's results are written all the same)
 SCENARIO_HELP = ("a scenario file (TOML), or the name of a bundled example such as ny_hospitals "
                  "(`dpmarket scenarios` lists them)")
 EXAMPLES = {
@@ -30,8 +31,14 @@ EXAMPLES = {
   dpmarket sweep lending_banks --grid privacy.epsilon=1,10,100 --replications 10
   dpmarket sweep many_banks --grid data.owners=2,10,50 --grid privacy.epsilon=10,100 --workers 2""",
     "validate": """examples:
-  dpmarket validate ny_hospitals                       every key, defaults filled in
-  dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
+  dpmarket validate ny_hospitals                       every key, defaults filled in, explained
+  dpmarket validate ny_hospitals > my.toml             a copy to edit that runs the same scenario
+  dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid
+  dpmarket validate my.toml --strict --quiet && echo valid, no warning   (3: a warning, 2: invalid)""",
+    "explain": """examples:
+  dpmarket explain                                     every section and key, one line each
+  dpmarket explain privacy.split                       one key: meaning, default, allowed values, unit
+  dpmarket explain market                              a section and its keys""",
     "timeline": """examples:
   dpmarket timeline outputs/ny_hospitals-seed2015
   dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5
@@ -82,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--no-oracle", dest="oracle", action="store_false",
                      help="write no oracle measurement (ψ, own-data ψ, who benefits, θ*: figures computed "
                           "from the private records without noise; summary.json's 'oracle' lists them)")
+    _add_strict(run)
     _add_set(run)
     run.add_argument("--replications", type=int, metavar="R",
                      help="run R independent replications (seeds derived from the run seed)")
@@ -99,17 +107,28 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_set(sweep)
     _add_executor(sweep)
-    check = _command(sub, "validate", "check a scenario file and print it resolved", (
+    check = _command(sub, "validate", "check a scenario file and print it resolved and explained", (
         "Check a scenario (with its --set overrides) and print it fully resolved: every default "
-        "filled in. A problem is one line naming the file, the key and the value (exit status 2)."))
+        "filled in, each key explained in a comment above it (the printed file runs the same "
+        "scenario). A problem is one line naming the file, the key and the value (exit status 2). "
+        "Then the checks that need no training (the schedule's expected budgets and owners never "
+        "asked, the network's collisions, the step's stability, the forecast against the untrained "
+        "model) print one warning line each on stderr."))
     check.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
-    check.add_argument("--quiet", action="store_true", help="print nothing when valid")
+    check.add_argument("--quiet", action="store_true", help="print nothing when valid (warnings neither)")
+    _add_strict(check)
     _add_set(check)
+    explain = _command(sub, "explain", "explain a scenario key, a section, or list them all", (
+        "Say what a scenario key means, its default, the values it allows and its unit (KEY is a "
+        "dotted path, as --set takes it: privacy.split, data.records, owners.0.epsilon); a section "
+        "lists its keys; no KEY lists every section and key."))
+    explain.add_argument("key", metavar="KEY", nargs="?", default="", help="a dotted key path or section")
     line = _command(sub, "timeline", "summarise and draw a run's communication timeline", (
         "Print a run's per-owner communication summary, channel load and answers (shares of time "
         "online, in exchange and colliding; gaps between updates; who waited longest; what happened "
-        "in the window), and redraw its timeline.png for the owners and time window chosen; or write "
-        "the run as a Chrome trace for Perfetto."))
+        "in the window) for the owners and time window chosen, and write them into the run directory "
+        "as timeline-TAG.csv and timeline-TAG.png, TAG naming the selection (the run's own "
+        "timeline.png is left as it is); or write the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
@@ -186,6 +205,12 @@ def _fraction(text: str) -> float:
     return value
 
 
+def _add_strict(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 3 when a diagnostic warns (for pipelines; the results are "
+                             "written all the same)")
+
+
 def _add_set(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         metavar="KEY=VALUE", help="override a scenario key (repeatable)")
@@ -210,6 +235,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
         if args.command == "validate":
             return _validate(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "timeline":
             return _timeline(args)
         if args.command == "forecast":
@@ -249,9 +276,26 @@ def _load(args: argparse.Namespace):
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from dpmarket.runs.diagnostics import before_run, warnings_in
+    from dpmarket.scenario.keys import commented_toml
+
     scenario = _load(args)
     if not args.quiet:
-        print(scenario.to_toml(), end="")
+        print(commented_toml(scenario), end="")
+    if not (args.strict or not args.quiet):
+        return 0
+    diagnostics = before_run(scenario)
+    if not args.quiet:
+        sys.stdout.flush()
+        for d in diagnostics:
+            warn(d.line())
+    return STRICT_STATUS if args.strict and warnings_in(diagnostics) else 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from dpmarket.scenario.keys import explain
+
+    print(explain(args.key))
     return 0
 
 
@@ -270,7 +314,7 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         painter.close()
     print(console.summary_table(result, out, args.oracle))
-    return 0
+    return STRICT_STATUS if args.strict and console.warned(result) else 0
 
 
 def _timeline(args: argparse.Namespace) -> int:

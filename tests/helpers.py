@@ -19,8 +19,13 @@ from dpmarket.scenario.schema import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
-# Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here.
-SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0}}
+# Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here. It keeps
+# the privacy defaults of releases before issue 25 (the papers' set-up: every owner budgets T answers,
+# Ξ from the declared bounds; quantiles 0.999 where a test turns capping or clipping on), so that the
+# tests written against it keep their meaning; tests of the defaults build their scenarios without it.
+PAPER_PRIVACY = {"split": "horizon", "sensitivity": "bounds", "cap_quantile": 0.999, "clip_quantile": 0.999}
+SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0},
+         "privacy": PAPER_PRIVACY}
 
 # A posted-price market with constant forecast terms (no pilot runs): price 1 for a value of 10,
 # ε within [0.5, 20], quadratic costs of coefficient 0.5.

@@ -309,7 +309,7 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
         check_steps(scenario, float(lr.rho), len(sizes))
         return StepSize(float(lr.rho), "given", None)
     N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
-    info = public_info(scenario, consortium)  # "auto" is refused for the hinge loss
+    info = public_info(step_scenario(scenario), consortium)
     curvature, h_min = info.owner_curvature, float(info.eigenvalues[0])
     rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
     if not (np.isfinite(rho) and rho > 0):
@@ -317,9 +317,23 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
                             f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
                             f"eigenvalue {h_min!r}): give a number")
     check_steps(scenario, rho, N)
+    stand_in = " (the logistic loss's curvature standing in for the hinge's)" if \
+        scenario.model.loss == "hinge" else ""
     source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
-              f"from the {info.source}")
+              f"from the {info.source}{stand_in}")
     return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+
+
+def step_scenario(scenario: Scenario) -> Scenario:
+    """The scenario whose proxy gives "auto"'s curvatures: itself, except that the hinge loss, which
+    has no curvature (ℓ'' is 0 or undefined), borrows the logistic loss's on the same public records.
+
+    Both are margin losses with |ℓ'| ≤ 1 and the logistic loss is the hinge's smooth counterpart
+    (log(1 + e^{-u}) and max(0, 1 − u) agree in slope away from the kink), so the logistic curvature
+    sets a step of the right scale: measured on the hinge scenarios of docs/how-to/defaults.md."""
+    if scenario.model.loss != "hinge":
+        return scenario
+    return scenario.model_copy(update={"model": scenario.model.model_copy(update={"loss": "logistic"})})
 
 
 def check_steps(scenario, rho: float, owners: int) -> None:

@@ -56,6 +56,7 @@ class Comparison:
     records: np.ndarray
     properties: list[lab.Properties] | None = None
     best: tuple[Best, Best] | None = None  # (the reference: within the budget if any; the first best)
+    psi_zero: float = float("nan")  # ψ of the untrained model θ = 0 on everyone's data
 
 
 def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
@@ -124,7 +125,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
                                         dtype=float)) for o in outcomes]
     comparison = Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
-                            consortium.sizes)
+                            consortium.sizes, psi_zero=float(objective.psi(np.zeros(objective.p))))
     if not properties:
         return comparison
     with progress.phase("the policies' properties", total=len(results) + 1, unit="policy") as bar:
@@ -211,7 +212,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market = market_rows(c)
         _write_csv(staging / "market.csv", tuple(market[0]), (r.values() for r in market))
         title = f"{c.scenario.name}: {len(c.names)} owners, {len(c.seeds)} replication(s)"
-        plots.psi_against_payment(rows, title, staging / "psi_payment.png")
+        plots.psi_against_payment(rows, title, staging / "psi_payment.png", c.psi_zero)
         eps = [(r.outcome.policy, [float(e) for e in r.outcome.epsilon[r.outcome.participates]])
                for r in c.results]
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")

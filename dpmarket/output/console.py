@@ -6,8 +6,6 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import numpy as np
-
 from dpmarket.output.summary import summary
 from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult
@@ -38,8 +36,7 @@ def summary_table(result: RunResult, out: Path, oracle: bool = True) -> str:
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s.get("psi_final", np.nan), s.get("psi_zero", np.nan), s.get("policy")),
-        *_stability_warning(s.get("step_curvature_max")),
+        *diagnostic_lines(s["diagnostics"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
@@ -135,16 +132,18 @@ def _learner_lines(s: dict) -> list[str]:
     return lines
 
 
-def _yardstick_warning(psi_final: float, psi_zero: float, policy: str | None) -> list[str]:
-    warning = yardstick_warning(psi_final, psi_zero, policy)
-    return [] if warning is None else [f"warning       {warning}"]
+def warned(result: RunResult) -> bool:
+    """Whether a diagnostic of ``result`` warns (``run --strict`` exits with status 3 then)."""
+    from dpmarket.runs.diagnostics import after_run, warnings_in
+
+    return warnings_in(after_run(result)) > 0
 
 
-def _stability_warning(curvature: float | None) -> list[str]:
-    if curvature is None or curvature <= 2.0:
-        return []
-    return [f"warning       largest owner step x curvature = {curvature:.3g} > 2: the largest "
-            f"owners' copies oscillate; lower learner.rho"]
+def diagnostic_lines(diagnostics: list[dict]) -> list[str]:
+    """One line per diagnostic of summary.json (:mod:`dpmarket.runs.diagnostics`): its severity, what
+    is wrong and what to change, its code, and "oracle figure" where it read the private records."""
+    return [f"{d['severity']:<14}{d['message']} [{d['code']}{', oracle figure' if d['oracle'] else ''}]"
+            for d in diagnostics]
 
 
 # --- experiments (run --replications, sweep) ------------------------------------------------------
@@ -189,10 +188,25 @@ def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
         f"own-data psi  first owner {s['own_psi_first']:.4g}, median {s['own_psi_median']:.4g}; "
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
         f"privacy       {_guarantee_text(s)}",
-        f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",
+        f"stopped       {_stop_reasons(s['stop_reasons'], s['replications'])}",
         _figures_line(figures),
         f"time          {s['wall_seconds']:.2f} s wall on {_where(s)}",
         f"written to    {out}"])
+
+
+# What each stop reason of a replication means, in words (the reason itself is in replications.csv).
+STOP_WORDS = {"iterations": "at T (learner.iterations)", "budgets exhausted": "every budget spent before T",
+              "horizon": "at network.horizon before T"}
+
+
+def _stop_reasons(reasons: dict, replications: int) -> str:
+    """``all 20 replications at T (learner.iterations)``, or each reason with its count of R."""
+    if len(reasons) == 1:
+        (reason, count), = reasons.items()
+        every = "the one replication" if count == 1 else f"all {count} replications"
+        return f"{every} {STOP_WORDS.get(reason, f'by {reason}')}"
+    return "; ".join(f"{count} of {replications} replications {STOP_WORDS.get(reason, f'by {reason}')}"
+                     for reason, count in reasons.items())
 
 
 def _guarantee_text(facts: dict) -> str:

@@ -285,6 +285,7 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None,
                "collaborative model below their own-data ψ; oracle columns own_psi, benefits)" if oracle
                else f"owners.csv: {len(owners)} owners (no oracle column: --no-oracle)")
     blocks: list[Block] = [
+        *diagnostic_blocks(facts.get("diagnostics", [])),
         Text(yardstick_text(facts) if oracle else "Written with --no-oracle: no oracle measurement (ψ, "
              "own-data ψ, who benefits, θ*) is in this directory."),
         Text(result.scenario.description or ""),
@@ -348,6 +349,16 @@ def _network_figures(facts: Mapping[str, Any]) -> str:
             f"{facts['dropouts']} dropouts, {facts['idle_slots']} idle slots; channel use {use}{more}")
 
 
+def diagnostic_blocks(diagnostics: Sequence[Mapping[str, Any]]) -> list[Block]:
+    """The page's first block: what makes this run's answer weak or misleading, one row each (nothing
+    when the run found nothing to say)."""
+    if not diagnostics:
+        return []
+    rows = [{"severity": d["severity"], "what is wrong, and what to change": d["message"], "code": d["code"],
+             "figures": "oracle (the owners' records)" if d["oracle"] else "public"} for d in diagnostics]
+    return [Table("Diagnostics: read these before the figures", rows, max_rows=len(rows))]
+
+
 def yardstick_text(facts: Mapping[str, Any]) -> str:
     """The page's headline: final ψ against ψ of the untrained model θ = 0 and how many owners
     benefit, with the warning when training did not beat θ = 0 (``facts``: summary.json)."""
@@ -355,6 +366,8 @@ def yardstick_text(facts: Mapping[str, Any]) -> str:
 
     text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
             f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
+    if "diagnostics" in facts:  # the diagnostics' table above says it, with what to change
+        return text
     warning = yardstick_warning(facts["psi_final"], facts["psi_zero"], facts.get("policy"))
     return text if warning is None else f"{text}\n\nWarning: {warning}."
 

@@ -9,6 +9,7 @@ import numpy as np
 from dpmarket.learning.stepsize import STABILITY_LIMIT
 from dpmarket.markets.outcome import learner_value
 from dpmarket.privacy.guarantee import stated
+from dpmarket.runs.diagnostics import after_run
 from dpmarket.runs.run import RunResult
 
 
@@ -209,7 +210,11 @@ def summary(result: RunResult, oracle: bool = True) -> dict:
     listed = run_oracle(result)
     listed["summary.json"] = [k for k in listed["summary.json"] if _present(full, k)]
     full["oracle"] = oracle_statement(listed, oracle)
-    return full if oracle else public_only(full, listed)
+    if oracle:
+        return full
+    # a diagnostic whose figures read the private records is an oracle measurement too
+    full["diagnostics"] = [d for d in full["diagnostics"] if not d["oracle"]]
+    return public_only(full, listed)
 
 
 def _summary(result: RunResult) -> dict:
@@ -240,6 +245,7 @@ def _summary(result: RunResult) -> dict:
         **_learner_summary(result),
         **_data_summary(result),
         **_market_summary(result),
+        "diagnostics": [d.to_dict() for d in after_run(result)],
     }
 
 

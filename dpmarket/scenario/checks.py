@@ -45,9 +45,7 @@ def check_consistency(s: Scenario, source: str) -> None:
                else f"data.table.label = {s.data.table.label!r}")
         fail("model.loss", s.model.loss, f"{why} needs {need}")
     p = s.privacy
-    if p.sensitivity == "clip" and p.clip is None:
-        fail("privacy.clip", _MISSING, "sensitivity = 'clip' needs the L1 bound privacy.clip")
-    if p.sensitivity == "bounds" and p.clip is not None:
+    if p.sensitivity == "bounds" and p.clip != "auto":  # "auto", the default, is no setting of its own
         fail("privacy.clip", p.clip, "only used with privacy.sensitivity = 'clip'")
     _check_delta(s, fail)
     _check_network(s, fail)
@@ -78,16 +76,14 @@ def _check_delta(s: Scenario, fail) -> None:
 
 
 def _check_auto(s: Scenario, fail) -> None:
-    """``"auto"`` needs something to derive from: a smooth loss and the asynchronous learner."""
+    """``"auto"`` is derived for Algorithm 1 (the hinge loss borrows the logistic loss's curvature,
+    :func:`dpmarket.data.proxy.step_scenario`)."""
     lr = s.learner
     if lr.rho != "auto":
         return
     if lr.algorithm != "async":
         fail("learner.rho", "auto", f"is derived for Algorithm 1 (async); learner.algorithm = "
              f"{lr.algorithm!r} needs a number")
-    if s.model.loss == "hinge":
-        fail("learner.rho", "auto", "the hinge loss has no curvature bound to derive a step from; "
-             "give a number")
 
 
 def is_classification(s: Scenario) -> bool:

@@ -94,7 +94,8 @@ def _table(path: Path, model: dict | None = None, **table) -> object:
     return validate({"name": "t", "data": {"source": "table", "path": str(path),
                                            "table": {"target": "y", "numeric": ["a", "b", "c"],
                                                      "blocks": 2, "holdout": 40, **table}},
-                     "model": model or {}, "learner": {"iterations": 20, "rho": 1.0},
+                     "model": model or {}, "privacy": {"preset": "paper"},
+                     "learner": {"iterations": 20, "rho": 1.0},
                      "output": {"plots": False}}, "t.toml")
 
 

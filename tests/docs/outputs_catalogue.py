@@ -99,6 +99,11 @@ def commands(work: Path) -> list[list[str]]:
     ]
 
 
+# Objects whose keys depend on another value and are documented where that value is: a diagnostic's
+# figures differ by its code (docs/reference/diagnostics.md), so they are one documented key.
+OPAQUE = {"diagnostics[].figures"}
+
+
 def flatten(value, prefix: str = "") -> set[str]:
     """A JSON document's keys as dotted paths; the items of a list of objects as ``key[].item``."""
     keys: set[str] = set()
@@ -106,7 +111,8 @@ def flatten(value, prefix: str = "") -> set[str]:
         for key, item in value.items():
             path = f"{prefix}{key}"
             keys.add(path)
-            keys |= flatten(item, path + ".")
+            if path not in OPAQUE:
+                keys |= flatten(item, path + ".")
     elif isinstance(value, list):
         for item in value:
             if isinstance(item, dict):

@@ -135,7 +135,9 @@ def noise_free(N: int, T: int, rho, decay: float, records,
                cap: int | None = None) -> tuple[float, float, float]:
     """(the law's noise-free ψ on the owners' own summary, simulated mean, its standard error) at ε = 10⁹
     (``cap``: privacy.cap, every owner's answers)."""
-    privacy = {"epsilon": 1e9, "split": "capped", **({} if cap is None else {"cap": cap})}
+    # the floor law has no clipping bias, and owners that run out would change who is asked
+    privacy = {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999, "sensitivity": "bounds",
+               **({} if cap is None else {"cap": cap})}
     s = validate({"name": "floor", "seed": 1,
                   "data": {"owners": N, "records": records, "features": 5, "shift": 0.0, "seed": 7},
                   "learner": {"iterations": T, "rho": rho, "auto_decay": decay},

@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.output.figures.axes import integer_ticks, label_log  # noqa: E402
+from dpmarket.output.figures.axes import ZERO_LABEL, ZERO_STYLE, integer_ticks, label_log, legend_below  # noqa: E402
 
 # No timestamps or versions in the files: the same run gives the same bytes.
 _METADATA = {"Software": None}
@@ -64,13 +64,13 @@ def psi_against_k(data: RunFigures, path: Path) -> None:
     ax.axhline(data.own_psi_median, color="tab:blue", ls="--", lw=1,
                label="an owner's model on its own data (median)")
     if data.psi_zero > 0:  # ψ(0) = 0 only when θ* = 0: nothing to draw on a log axis
-        ax.axhline(data.psi_zero, color="tab:red", ls=":", lw=1.4, label="untrained model θ = 0")
+        ax.axhline(data.psi_zero, **ZERO_STYLE, label=ZERO_LABEL)
     ax.set_yscale("log")
     label_log(ax, "y")
     ax.set_xlabel("iteration k")
     ax.set_ylabel("relative fitness ψ")
     ax.set_title(data.title, fontsize=10)
-    ax.legend(fontsize=8)
+    legend_below(fig, ax, fontsize=8, ncol=2)
     _save(fig, path)
 
 
