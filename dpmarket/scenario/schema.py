@@ -248,6 +248,11 @@ class Privacy(_Strict):
     clip_quantile: Annotated[float, Field(gt=0, le=1)] = key(
         0.9, "With clip = \"auto\": which quantile of the public proxy's per-record gradient norms is "
                "the bound; lower adds less noise but clips (biases) more gradients.", "probability")
+    noise: Literal["seeded", "system"] | None = key(
+        None, "Where the noise comes from: unset or \"seeded\", the run's seed (reproducible: the "
+              "published seed regenerates every draw); \"system\", the operating system's secure "
+              "generator (os.urandom; not reproducible: two runs of one seed share their schedule but "
+              "not their noise).")
 
     @model_validator(mode="before")
     @classmethod
