@@ -38,7 +38,11 @@ class MarketStage:
 def sellers_of(scenario: Scenario, prepared: Prepared) -> Sellers:
     """The sellers of ``scenario``: public sizes and costs, and, only if owners value the model, their
     own-data ψ as public information shows it (declared, or the proxy's estimate; never ψ(θ_i*) on their
-    records, which would publish a function of them through the market's outcome)."""
+    records, which would publish a function of them through the market's outcome). A δ the
+    guarantee cannot use is refused first (its key named), before any noise is forecast at it."""
+    from dpmarket.privacy.cohort import check_deltas
+
+    check_deltas(scenario, prepared.consortium.sizes)
     own = None
     if scenario.market.model_value > 0:
         from dpmarket.data.proxy import public_own_psi  # deferred: builds the proxy when needed

@@ -425,7 +425,11 @@ class MultiplierTable:
         """log ε of the node z_k (computed once)."""
         if k not in self.nodes:
             z = 10.0 ** (k / NODES_PER_DECADE)
-            self.nodes[k] = math.log(self._epsilon(z))
+            epsilon = self._epsilon(z)
+            if not epsilon > 0:  # δ so close to 1 that m answers of any noise are (0, δ)-DP
+                raise DeltaError(f"at δ = {self.delta:g} every noise level is (0, δ)-DP: the guarantee "
+                                 "says nothing (take δ well below 1/n_i)")
+            self.nodes[k] = math.log(epsilon)
         return self.nodes[k]
 
     def _epsilon(self, z: float) -> float:

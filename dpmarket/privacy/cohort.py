@@ -124,6 +124,14 @@ def check_delta(scenario: Scenario, i: int, guarantee: Guarantee, records: int) 
                         "nothing; take δ well below 1/n_i (e.g. 1e-6)")
 
 
+def check_deltas(scenario: Scenario, sizes) -> None:
+    """:func:`check_delta` for every owner, from the public sizes alone: before a market forecasts
+    any noise at a δ the guarantee cannot use (δ → 1 made the forecast's accountant fail first)."""
+    for i, records in enumerate(sizes):
+        check_delta(scenario, i, Guarantee.of(scenario.privacy, 1.0, scenario.owner_value(i, "delta")),
+                    int(records))
+
+
 def _unreachable(scenario: Scenario, i: int, epsilon: float, answers: int, exc: Exception,
                  key: str | None = None) -> ScenarioError:
     """The one-line error of owner i's (ε, δ) that no noise reaches over m answers, naming the key of

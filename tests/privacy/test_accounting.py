@@ -20,14 +20,14 @@ import numpy as np
 import pytest
 from dp_accounting.pld import PLDAccountant
 from dp_accounting.rdp import RdpAccountant
-from helpers import ROOT, ks_accepts, mean_within, tiny
+from helpers import MARKET, ROOT, ks_accepts, mean_within, tiny
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
-from dpmarket.errors import CalibrationError, ScenarioError
+from dpmarket.errors import CalibrationError, DeltaError, ScenarioError
 from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.output.results import run_and_write
 from dpmarket.privacy.accounting import (
@@ -37,6 +37,7 @@ from dpmarket.privacy.accounting import (
     calibration,
     composed_epsilon,
     epsilon_curve,
+    multipliers,
     noise_multiplier,
 )
 from dpmarket.privacy.cohort import build_owners, sensitivity
@@ -744,6 +745,21 @@ def test_extreme_deltas_are_one_line_naming_privacy_delta(tmp_path, capsys, priv
     assert main(["run", str(extreme(tmp_path, "x", **privacy)), "--out", str(out), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and says in err and not out.exists()
+
+
+def test_a_delta_near_one_in_a_market_is_refused_before_the_forecast(tmp_path, capsys):
+    """With a [market], the forecast's accountant met δ = 0.999999 first, found every noise level
+    (0, δ)-DP and ended in 'ValueError: math domain error'; the sellers' δ is checked before any
+    noise is forecast, and the shared table refuses such a δ by itself."""
+    path = tmp_path / "m.toml"
+    path.write_text(tiny(learner={"iterations": 23}, privacy={"accountant": "pld", "delta": 0.999999},
+                         market=dict(MARKET)).to_toml(), encoding="utf-8")
+    out = tmp_path / "o"
+    assert main(["run", str(path), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "privacy.delta = 0.999999: δ ≥ 1/n_i" in err and not out.exists()
+    with pytest.raises(DeltaError, match="every noise level is"):
+        multipliers("laplace", "pld", 23, [1.0], [0.999999])
 
 
 @pytest.mark.parametrize("privacy, accountant", [
