@@ -33,6 +33,7 @@ import threading
 
 import numpy as np
 from llvmlite import ir
+from llvmlite.binding import llvm_version_info
 from numba import njit
 from numba.core import types
 from numba.extending import intrinsic
@@ -259,6 +260,9 @@ def _sums_any(ZT, y, thetas, loss, out):  # pragma: no cover - compiled
 
 # --- kernels written out for p features --------------------------------------------------------------
 
+LDEXP = llvm_version_info >= (17,)  # llvm.ldexp exists from LLVM 17 (llvmlite 0.42 has LLVM 14)
+
+
 @intrinsic
 def _ldexp(typingctx, x, k):  # pragma: no cover - compiled
     """x · 2ᵏ rounded once (``llvm.ldexp``: AVX-512's vscalefpd where vectorised), exact for |k| < 2³¹."""
@@ -273,10 +277,29 @@ def _ldexp(typingctx, x, k):  # pragma: no cover - compiled
     return signature, codegen
 
 
+@intrinsic
+def _as_double(typingctx, bits):  # pragma: no cover - compiled
+    """The double whose IEEE bits are ``bits`` (int64)."""
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(args[0], ir.DoubleType())
+
+    return types.float64(types.int64), codegen
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _scaled_down(x, k):  # pragma: no cover - compiled
+    """x · 2^−k for 0 ≤ k ≤ 1077, rounded once: llvm.ldexp where LLVM has it, else the product by
+    2^−k's two normal halves (the first exact, the second the one rounding)."""
+    if LDEXP:
+        return _ldexp(x, -k)
+    half = k >> 1
+    return (x * _as_double((1023 - half) << 52)) * _as_double((1023 - (k - half)) << 52)
+
+
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _exp_minus(x):  # pragma: no cover - compiled
     """e^−x for x ≥ 0, one value: :func:`_exp_negative`'s reduction and polynomial, scaled by 2^−k in
-    one rounding (the same bits: its two exact halves round once too)."""
+    one rounding (:func:`_scaled_down`: the same bits, its two exact halves round once too)."""
     x = x if x < EXP_CAP else EXP_CAP
     k = (x * LOG2E + ROUND) - ROUND
     r = (k * LN2_HI - x) + k * LN2_LO
@@ -294,7 +317,7 @@ def _exp_minus(x):  # pragma: no cover - compiled
     p = p * r + 0.5
     p = p * r + 1.0
     p = p * r + 1.0
-    return _ldexp(p, -np.int64(k))
+    return _scaled_down(p, np.int64(k))
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
