@@ -6,6 +6,7 @@ The notebook API, with results as pandas DataFrames (:mod:`dpmarket.api`)::
     result = dpmarket.run("ny_hospitals", seed=3, overrides={"privacy.epsilon": 100})
     result.metrics, result.owners, result.events, result.summary
     dpmarket.replicate(...), dpmarket.sweep(...), dpmarket.market(...), dpmarket.load(...)
+    dpmarket.audit("lending_banks", runs=2000).table    # an empirical privacy audit
 
 The packages follow the pipeline, upstream to downstream (``docs/architecture.md``):
 :mod:`~dpmarket.scenario` → :mod:`~dpmarket.learning` → :mod:`~dpmarket.data` →
@@ -26,18 +27,31 @@ from typing import TYPE_CHECKING
 from dpmarket._version import __version__
 
 __all__ = [
-    "DPMarketError", "Replications", "Run", "Scenario", "Sweep", "MarketComparison",
-    "__version__", "load", "market", "replicate", "run", "sweep",
+    "Audit", "DPMarketError", "Replications", "Run", "Scenario", "Sweep", "MarketComparison",
+    "__version__", "audit", "load", "market", "replicate", "run", "sweep",
 ]
 
 if TYPE_CHECKING:
-    from dpmarket.api import MarketComparison, Replications, Run, Sweep, load, market, replicate, run, sweep
+    from dpmarket.api import (
+        Audit,
+        MarketComparison,
+        Replications,
+        Run,
+        Sweep,
+        audit,
+        load,
+        market,
+        replicate,
+        run,
+        sweep,
+    )
     from dpmarket.errors import DPMarketError
     from dpmarket.scenario.schema import Scenario
 
 _HOMES = {
     "load": "api", "run": "api", "replicate": "api", "sweep": "api", "market": "api",
-    "Run": "api", "Replications": "api", "Sweep": "api", "MarketComparison": "api",
+    "Run": "api", "Replications": "api", "Sweep": "api", "MarketComparison": "api", "audit": "api",
+    "Audit": "api",
     "DPMarketError": "errors", "Scenario": "scenario",
 }
 

@@ -15,21 +15,33 @@ Events: a run streams them to a CSV file as it goes (memory stays flat however l
 without ``out`` that file is a temporary one, read back into :attr:`Run.events` and deleted
 (``events=False`` skips it). Errors are the project's exceptions (:mod:`dpmarket.errors`), never
 ``SystemExit``. Imports are deferred to the calls, so ``import dpmarket`` stays fast.
+
+Every argument is checked at the boundary, before any work (:func:`checked`, one table of checks
+by argument name): a wrong type is an :class:`~dpmarket.errors.ArgumentTypeError` (also a
+``TypeError``), a wrong value an :class:`~dpmarket.errors.ArgumentValueError` (also a
+``ValueError``), each naming the function, the argument and the value; an experiment too large for
+the machine's memory (``replications=10**9``, a grid of millions of cells) is refused there with
+the size it would need. A scenario that the overrides make invalid is a
+:class:`~dpmarket.errors.ScenarioError` (also a ``ValueError``) naming the key.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import itertools
 import json
 import math
 import numbers
+import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpmarket.errors import ScenarioError
+from dpmarket.errors import ArgumentTypeError, ArgumentValueError, ScenarioError
 from dpmarket.scenario.schema import Scenario
 
 if TYPE_CHECKING:
@@ -41,8 +53,192 @@ ScenarioLike = str | Path | Scenario
 Overrides = Mapping[str, Any] | Iterable[str] | None
 
 
+# --- arguments: one check at the boundary --------------------------------------------------------
+
+EXECUTOR_NAMES = ("serial", "process", "dask")  # experiment.executors.EXECUTORS (not imported: speed)
+GRID_CELLS = 100_000  # experiment.grid.MAX_CELLS: cells a grid may have (each a validated scenario)
+
+
+def _integer(function: str, name: str, value: Any, least: int) -> int:
+    """An int (a numpy integer too; not a bool, a float or a string) of at least ``least``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ArgumentTypeError(function, name, value, f"must be an integer, not {type(value).__name__}")
+    if value < least:
+        raise ArgumentValueError(function, name, value, f"must be at least {least}")
+    return int(value)
+
+
+def _check_scenario(function: str, name: str, value: Any) -> ScenarioLike:
+    if isinstance(value, Scenario):
+        return value
+    if isinstance(value, (str, os.PathLike)) and not isinstance(value, bytes):
+        text = os.fspath(value)
+        if not isinstance(text, str) or not text.strip():
+            raise ArgumentValueError(function, name, value, "must name a file or a bundled scenario")
+        return value
+    raise ArgumentTypeError(function, name, value, "must be a file path, a bundled scenario's name "
+                            f"or a dpmarket.Scenario, not {type(value).__name__}")
+
+
+def _check_seed(function: str, name: str, value: Any) -> int:
+    return _integer(function, name, value, 0)
+
+
+def _check_count(function: str, name: str, value: Any) -> int:
+    return _integer(function, name, value, 1)
+
+
+def _check_flag(function: str, name: str, value: Any) -> bool:
+    if type(value).__name__ not in ("bool", "bool_"):  # True/False, or numpy's
+        raise ArgumentTypeError(function, name, value, f"must be True or False, not {type(value).__name__}")
+    return bool(value)
+
+
+def _check_out(function: str, name: str, value: Any) -> Path:
+    if isinstance(value, bytes) or not isinstance(value, (str, os.PathLike)):
+        raise ArgumentTypeError(function, name, value,
+                                f"must be a directory path, not {type(value).__name__}")
+    if not isinstance(os.fspath(value), str) or not os.fspath(value).strip():
+        raise ArgumentValueError(function, name, value, "must name a directory")
+    return Path(value)
+
+
+def _check_executor(function: str, name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise ArgumentTypeError(function, name, value, f"must be one of {', '.join(EXECUTOR_NAMES)}")
+    if value not in EXECUTOR_NAMES:
+        raise ArgumentValueError(function, name, value, f"must be one of {', '.join(EXECUTOR_NAMES)}")
+    return value
+
+
+def _check_owner(function: str, name: str, value: Any) -> int:
+    return _integer(function, name, value, 0)
+
+
+def _choice(names: tuple[str, ...]) -> Callable[[str, str, Any], str]:
+    """The check of an argument that must be one of ``names``."""
+    def check(function: str, name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise ArgumentTypeError(function, name, value, f"must be one of {', '.join(names)}")
+        if value not in names:
+            raise ArgumentValueError(function, name, value, f"must be one of {', '.join(names)}")
+        return value
+
+    return check
+
+
+def _check_confidence(function: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(function, name, value, f"must be a number, not {type(value).__name__}")
+    if not 0.0 < float(value) < 1.0:
+        raise ArgumentValueError(function, name, value, "must be between 0 and 1")
+    return float(value)
+
+
+def _texts(function: str, name: str, value: Any, what: str) -> list[str]:
+    """A string, or an iterable of strings, as a list (not bytes, not a mapping)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise ArgumentTypeError(function, name, value, f"must be {what}, not {type(value).__name__}")
+    items = list(itertools.islice(value, GRID_CELLS + 1))
+    for item in items:
+        if not isinstance(item, str):
+            raise ArgumentTypeError(function, name, value, f"must be {what}; holds a {type(item).__name__}")
+    return items
+
+
+def _check_overrides(function: str, name: str, value: Any) -> list[str]:
+    """Overrides as ``--set`` texts: every key a string, every value with a TOML form."""
+    if isinstance(value, Mapping):
+        texts = []
+        for key, item in value.items():
+            if not isinstance(key, str) or not key.strip():
+                raise ArgumentTypeError(function, name, value, f"keys must be dotted keys, not {key!r}")
+            try:
+                texts.append(f"{key}={toml_value(item, key)}")
+            except ScenarioError as exc:
+                raise ArgumentTypeError(function, f"{name}[{key!r}]", item, exc.reason) from None
+        return texts
+    what = "a mapping {key: value}, a 'key=value' text or a list of them"
+    return _texts(function, name, value, what)
+
+
+def _check_grid(function: str, name: str, value: Any) -> list[str]:
+    """A grid as ``--grid`` texts: a non-empty mapping of keys to non-empty lists of values, or texts;
+    its cell count is bounded before any text is built (a huge range would not fit in memory)."""
+    if isinstance(value, Mapping):
+        if not value:
+            raise ArgumentValueError(function, name, value, "needs at least one key to sweep")
+        cells, texts = 1, []
+        for key, values in value.items():
+            if not isinstance(key, str) or not key.strip():
+                raise ArgumentTypeError(function, name, value, f"keys must be dotted keys, not {key!r}")
+            if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
+                raise ArgumentTypeError(function, f"{name}[{key!r}]", values,
+                                        "must be a list of the values to sweep")
+            items = list(itertools.islice(values, GRID_CELLS + 1))
+            cells *= max(1, len(items))
+            if not items:
+                raise ArgumentValueError(function, f"{name}[{key!r}]", values, "needs at least one value")
+            _grid_size(function, name, value, cells if len(items) <= GRID_CELLS else math.inf)
+            try:
+                texts.append(f"{key}={','.join(toml_value(v, key) for v in items)}")
+            except ScenarioError as exc:
+                raise ArgumentTypeError(function, f"{name}[{key!r}]", values, exc.reason) from None
+        return texts
+    texts = _texts(function, name, value, "a mapping {key: [values]}, a 'key=v1,v2' text or a list of them")
+    if not texts:
+        raise ArgumentValueError(function, name, value, "needs at least one key to sweep")
+    return texts
+
+
+def _grid_size(function: str, name: str, value: Any, cells: float) -> None:
+    if cells > GRID_CELLS:
+        shown = "more than 10^5" if math.isinf(cells) else f"{cells:,}"
+        raise ArgumentValueError(function, name, value, f"makes {shown} cells, each a scenario validated and "
+                                 f"held in memory before any run: at most {GRID_CELLS:,}")
+
+
+def _check_policies(function: str, name: str, value: Any) -> str:
+    texts = _texts(function, name, value, "a policy name or a list of them")
+    if not texts or not all(t.strip() for t in texts):
+        raise ArgumentValueError(function, name, value, "needs at least one policy name")
+    return ",".join(texts)
+
+
+CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
+    "scenario": _check_scenario, "seed": _check_seed, "overrides": _check_overrides, "out": _check_out,
+    "replications": _check_count, "workers": _check_count, "events": _check_flag, "progress": _check_flag,
+    "executor": _check_executor, "grid": _check_grid, "policies": _check_policies,
+    "properties": _check_flag, "oracle": _check_flag, "owner": _check_owner, "runs": _check_count,
+    "view": _choice(("answers", "model", "both")), "method": _choice(("worlds", "one-run")),
+    "confidence": _check_confidence,
+}
+
+
+def checked(function: Callable) -> Callable:
+    """The API's one validation layer: each argument of a call to ``function`` goes through its check
+    in :data:`CHECKS` (by name) before the body runs, which then sees the checked values (overrides
+    and grids as texts, paths as Paths). None passes where it is the argument's default."""
+    signature = inspect.signature(function)
+    name = function.__name__
+
+    @functools.wraps(function)
+    def call(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)  # a missing or unknown argument: Python's own TypeError
+        for argument, value in bound.arguments.items():
+            if value is None and signature.parameters[argument].default is None:
+                continue
+            bound.arguments[argument] = CHECKS[argument](name, argument, value)
+        return function(*bound.args, **bound.kwargs)
+
+    return call
+
+
 # --- scenarios ----------------------------------------------------------------------------------
 
+@checked
 def load(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None) -> Scenario:
     """A validated scenario from a file, a bundled example's name or a Scenario, with ``seed`` and
     ``overrides`` applied as ``--seed`` and ``--set`` would be."""
@@ -68,6 +264,8 @@ def override_texts(overrides: Overrides) -> list[str]:
 
 def toml_value(value: Any, key: str = "") -> str:
     """``value`` as an inline TOML value (what ``--set key=...`` reads back as the same value)."""
+    if hasattr(value, "tolist") and getattr(value, "ndim", None) == 0:  # a numpy scalar: its Python value
+        value = value.tolist()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, numbers.Integral):
@@ -81,7 +279,8 @@ def toml_value(value: Any, key: str = "") -> str:
         return _toml_string(value)
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{_toml_key(k)} = {toml_value(v, key)}" for k, v in value.items()) + "}"
-    if isinstance(value, Sequence) or hasattr(value, "tolist"):
+    listed = isinstance(value, Sequence) and not isinstance(value, (bytes, bytearray))  # bytes: no TOML form
+    if listed or hasattr(value, "tolist"):
         items = value.tolist() if hasattr(value, "tolist") else value
         return "[" + ", ".join(toml_value(v, key) for v in items) + "]"
     raise ScenarioError("overrides", key, value, f"a {type(value).__name__} has no TOML form")
@@ -115,11 +314,20 @@ class Run:
     out: Path | None = None
 
 
+@checked
 def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None,
         out: str | Path | None = None, *, replications: int | None = None, events: bool = True,
-        progress: bool = False, executor: str = "process", workers: int | None = None) -> Run | Replications:
-    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead."""
+        progress: bool = False, executor: str = "process", workers: int | None = None,
+        oracle: bool = True) -> Run | Replications:
+    """Run a scenario (``dpmarket run``); with ``replications``, :func:`replicate` it instead.
+    ``oracle=False`` (``--no-oracle``) leaves every oracle measurement out of the tables, the summary
+    and ``out`` (ψ, own-data ψ, who benefits, θ*: summary["oracle"] lists them; ``result``, the run in
+    memory, still holds them)."""
     if replications is not None:
+        if not oracle:
+            from dpmarket.errors import UsageError
+
+            raise UsageError("oracle=False writes a single run: not with replications")
         return replicate(scenario, replications, seed, overrides, out, executor=executor,
                          workers=workers, progress=progress)
     resolved = load(scenario, seed, overrides)
@@ -127,33 +335,41 @@ def run(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = 
         from dpmarket.output.results import run_and_write
 
         out = Path(out)
-        result = run_and_write(resolved, out, progress=progress)
+        result = run_and_write(resolved, out, progress=progress, oracle=oracle)
         table = read_events(out / "events.csv", resolved.seed) if events else None
-        return _run(resolved, result, table, out)
+        return _run(resolved, result, table, out, oracle)
+    if not oracle:
+        from dpmarket.output.results import check_oracle_free
+
+        check_oracle_free(resolved, oracle)
     from dpmarket.runs.run import execute
 
     if not events:
-        return _run(resolved, execute(resolved, None, progress=progress), None, None)
+        return _run(resolved, execute(resolved, None, progress=progress), None, None, oracle)
     with tempfile.TemporaryDirectory(prefix="dpmarket-events-") as temp:
         path = Path(temp) / "events.csv"
         result = execute(resolved, path, progress=progress)
-        return _run(resolved, result, read_events(path, resolved.seed), None)
+        return _run(resolved, result, read_events(path, resolved.seed), None, oracle)
 
 
-def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None) -> Run:
+def _run(scenario: Scenario, result: RunResult, events: pd.DataFrame | None, out: Path | None,
+         oracle: bool = True) -> Run:
     import numpy as np
     import pandas as pd
 
     from dpmarket.output.summary import owner_rows, summary
 
     m = result.training.metrics
-    metrics = pd.DataFrame({"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
-                            "time": np.asarray(m.time, dtype=float), "psi": np.asarray(m.psi, dtype=float)})
+    columns = {"seed": scenario.seed, "k": np.asarray(m.k, dtype=np.int64),
+               "time": np.asarray(m.time, dtype=float)}
+    if oracle:
+        columns["psi"] = np.asarray(m.psi, dtype=float)
+    metrics = pd.DataFrame(columns)
     # owners.csv leaves a decliner's noise scale empty; in a DataFrame absent is NaN
     owners = pd.DataFrame([{k: np.nan if v == "" else v for k, v in row.items()}
-                           for row in owner_rows(result)])
+                           for row in owner_rows(result, oracle)])
     owners.insert(0, "seed", scenario.seed)
-    return Run(scenario, summary(result), metrics, owners, events, result, out)
+    return Run(scenario, summary(result, oracle), metrics, owners, events, result, out)
 
 
 def read_events(path: Path, seed: int) -> pd.DataFrame:
@@ -197,6 +413,7 @@ class Sweep:
     out: Path | None = None
 
 
+@checked
 def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None,
               overrides: Overrides = None, out: str | Path | None = None, *, executor: str = "process",
               workers: int | None = None, progress: bool = False) -> Replications:
@@ -211,6 +428,7 @@ def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None
                         None if out is None else Path(out))
 
 
+@checked
 def sweep(scenario: ScenarioLike, grid: Mapping[str, Sequence] | Iterable[str], replications: int = 1,
           seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
           executor: str = "process", workers: int | None = None, progress: bool = False) -> Sweep:
@@ -244,9 +462,14 @@ def _plan(scenario, seed, overrides, grid: list[str], replications: int, out, ex
           workers: int | None, progress: bool):
     """The experiment's plan (every cell validated) and how to execute it, as the commands check them."""
     from dpmarket.experiment import command
-    from dpmarket.experiment.study import make_plan
+    from dpmarket.experiment.grid import check_cells, parse_grid
+    from dpmarket.experiment.study import make_plan, size_refusal
 
     base = load(scenario, seed, overrides)
+    function = "sweep" if grid else "replicate"
+    too_large = size_refusal(base, check_cells(parse_grid(grid)), replications)
+    if too_large:
+        raise ArgumentValueError(function, "replications", replications, too_large)
     source = base.source
     job = command.Job(Path(source), base, grid, replications, None if out is None else Path(out),
                       executor, workers, None, progress)
@@ -370,23 +593,20 @@ class MarketComparison:
     owner_properties: pd.DataFrame | None = None
 
 
+@checked
 def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: int = 1,
            seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
            workers: int = 1, progress: bool = False, properties: bool = False) -> MarketComparison:
     """``dpmarket market``: every policy settled on the same owners and forecast, each trained on the
     same ``replications`` seeds (the scenario's own seed for one); ``properties`` adds the property
     table (``market --properties``: individual rationality, truthfulness, budget, welfare, fairness,
-    replication robustness; docs/guides/mechanism-lab.md)."""
+    replication robustness; docs/how-to/mechanism-lab.md)."""
     import pandas as pd
 
     from dpmarket.experiment import compare
 
-    if replications < 1 or workers < 1:
-        raise ScenarioError("market", "replications" if replications < 1 else "workers",
-                            min(replications, workers), "must be at least 1")
     resolved = load(scenario, seed, overrides)
-    text = policies if isinstance(policies, str) else ",".join(policies)
-    names = compare.parse_policies(text, resolved, resolved.source)
+    names = compare.parse_policies(policies, resolved, resolved.source)  # checked: one text
     comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress,
                                  properties=properties)
     rows = compare.write(comparison, Path(out)) if out is not None else compare.policy_rows(comparison)
@@ -407,3 +627,51 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
     return MarketComparison(comparison.scenario, summary, pd.DataFrame(rows), owners, runs,
                             None if out is None else Path(out), table, lab)
 
+
+
+# --- a privacy audit ----------------------------------------------------------------------------
+
+@dataclass
+class Audit:
+    """An empirical privacy audit (``dpmarket audit``): ``table`` (one row per adversary: error counts,
+    rates and their exact upper bounds, the ε they prove, the claimed ε and δ), ``scores`` (every run's
+    score), ``summary`` (the summary.json content), ``passed`` (the lower bound does not exceed the
+    claim), ``result`` (everything in memory) and ``out`` (its directory, if written)."""
+
+    scenario: Scenario
+    summary: dict
+    table: pd.DataFrame
+    scores: pd.DataFrame
+    passed: bool
+    result: Any = field(repr=False)
+    out: Path | None = None
+
+
+@checked
+def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = None, seed: int | None = None,
+          overrides: Overrides = None, out: str | Path | None = None, *, view: str = "both",
+          method: str = "worlds", confidence: float = 0.95, progress: bool = False) -> Audit:
+    """Audit one owner's privacy empirically (``dpmarket audit``): ``runs`` runs of each of two
+    neighbouring worlds (default 2,000; with ``method="one-run"``, runs in all, default 1) and an
+    adversary seeing ``view`` (answers, model or both); the ε its error rates prove at ``confidence``,
+    against the owner's claim. Nothing is written unless ``out`` names a directory."""
+    import pandas as pd
+
+    from dpmarket.output import results
+    from dpmarket.runs.audit import audit as run_audit
+    from dpmarket.system.progress import of as progress_of
+
+    resolved = load(scenario, seed, overrides)
+    runs = runs if runs is not None else (1 if method == "one-run" else 2000)
+    facts = results.audit_settings(owner, runs, view, method, confidence)
+    if out is not None:
+        from dpmarket.output import directories
+
+        out = Path(out)
+        directories.check(out, results.audit_identity(resolved, facts))
+    result = run_audit(resolved, owner, runs, view, method, confidence, progress=progress_of(progress))
+    if out is not None:
+        results.write_audit(result, out, facts, resolved.output.plots)
+    return Audit(resolved, results.audit_summary(result, facts), pd.DataFrame(result.rows()),
+                 pd.DataFrame(results.score_rows(result), columns=["view", "world", "run", "half", "score"]),
+                 result.passed, result, out)

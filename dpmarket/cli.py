@@ -9,10 +9,11 @@ import textwrap
 from pathlib import Path
 
 from dpmarket._version import __version__
-from dpmarket.errors import DPMarketError, one_line
+from dpmarket.errors import DPMarketError, UsageError, one_line, warn
 from dpmarket.replay import compiled
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
+STRICT_STATUS = 3  # --strict: a diagnostic warned (the command's results are written all the same)
 SCENARIO_HELP = ("a scenario file (TOML), or the name of a bundled example such as ny_hospitals "
                  "(`dpmarket scenarios` lists them)")
 EXAMPLES = {
@@ -30,8 +31,14 @@ EXAMPLES = {
   dpmarket sweep lending_banks --grid privacy.epsilon=1,10,100 --replications 10
   dpmarket sweep many_banks --grid data.owners=2,10,50 --grid privacy.epsilon=10,100 --workers 2""",
     "validate": """examples:
-  dpmarket validate ny_hospitals                       every key, defaults filled in
-  dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid""",
+  dpmarket validate ny_hospitals                       every key, defaults filled in, explained
+  dpmarket validate ny_hospitals > my.toml             a copy to edit that runs the same scenario
+  dpmarket validate my.toml --set learner.iterations=5000 --quiet && echo valid
+  dpmarket validate my.toml --strict --quiet && echo valid, no warning   (3: a warning, 2: invalid)""",
+    "explain": """examples:
+  dpmarket explain                                     every section and key, one line each
+  dpmarket explain privacy.split                       one key: meaning, default, allowed values, unit
+  dpmarket explain market                              a section and its keys""",
     "timeline": """examples:
   dpmarket timeline outputs/ny_hospitals-seed2015
   dpmarket timeline outputs/ny_hospitals-seed2015 --owners 0-9,crouse --from 0 --to 5
@@ -45,6 +52,10 @@ EXAMPLES = {
   dpmarket market banks_market --policies posted_price,auction,procurement --replications 5
   dpmarket market ny_hospitals --policies posted_price,auction --set market.offer_epsilon=10 --workers 2
   dpmarket market banks_market --policies posted_price,auction,marginal --replications 10 --properties""",
+    "audit": """examples:
+  dpmarket audit lending_banks --runs 2000                 owner 0, its answers and the published model
+  dpmarket audit ny_hospitals --owner 5 --view answers --set learner.iterations=200
+  dpmarket audit many_banks --method one-run --runs 20    one canary per feature in each of 20 runs""",
     "scenarios": """examples:
   dpmarket scenarios
   dpmarket validate ny_hospitals > my.toml      a resolved copy to edit, then: dpmarket run my.toml""",
@@ -75,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, help="run directory (default outputs/NAME-seedSEED)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
+    run.add_argument("--no-oracle", dest="oracle", action="store_false",
+                     help="write no oracle measurement (ψ, own-data ψ, who benefits, θ*: figures computed "
+                          "from the private records without noise; summary.json's 'oracle' lists them)")
+    _add_strict(run)
     _add_set(run)
     run.add_argument("--replications", type=int, metavar="R",
                      help="run R independent replications (seeds derived from the run seed)")
@@ -92,17 +107,28 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--quiet", action="store_true", help="no progress bar on stderr")
     _add_set(sweep)
     _add_executor(sweep)
-    check = _command(sub, "validate", "check a scenario file and print it resolved", (
+    check = _command(sub, "validate", "check a scenario file and print it resolved and explained", (
         "Check a scenario (with its --set overrides) and print it fully resolved: every default "
-        "filled in. A problem is one line naming the file, the key and the value (exit status 2)."))
+        "filled in, each key explained in a comment above it (the printed file runs the same "
+        "scenario). A problem is one line naming the file, the key and the value (exit status 2). "
+        "Then the checks that need no training (the schedule's expected budgets and owners never "
+        "asked, the network's collisions, the step's stability, the forecast against the untrained "
+        "model) print one warning line each on stderr."))
     check.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
-    check.add_argument("--quiet", action="store_true", help="print nothing when valid")
+    check.add_argument("--quiet", action="store_true", help="print nothing when valid (warnings neither)")
+    _add_strict(check)
     _add_set(check)
+    explain = _command(sub, "explain", "explain a scenario key, a section, or list them all", (
+        "Say what a scenario key means, its default, the values it allows and its unit (KEY is a "
+        "dotted path, as --set takes it: privacy.split, data.records, owners.0.epsilon); a section "
+        "lists its keys; no KEY lists every section and key."))
+    explain.add_argument("key", metavar="KEY", nargs="?", default="", help="a dotted key path or section")
     line = _command(sub, "timeline", "summarise and draw a run's communication timeline", (
         "Print a run's per-owner communication summary, channel load and answers (shares of time "
         "online, in exchange and colliding; gaps between updates; who waited longest; what happened "
-        "in the window), and redraw its timeline.png for the owners and time window chosen; or write "
-        "the run as a Chrome trace for Perfetto."))
+        "in the window) for the owners and time window chosen, and write them into the run directory "
+        "as timeline-TAG.csv and timeline-TAG.png, TAG naming the selection (the run's own "
+        "timeline.png is left as it is); or write the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
     line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
     line.add_argument("--from", dest="t0", type=float, help="start of the time window")
@@ -139,6 +165,26 @@ def _parser() -> argparse.ArgumentParser:
                          "and efficiency, Shapley fairness, replication (Sybil) robustness; writes "
                          "properties.csv, owner_properties.csv and a report section")
     _add_set(mk)
+    au = _command(sub, "audit", "audit a scenario's privacy: an empirical lower bound on epsilon", (
+        "Run the scenario's protocol many times on two neighbouring datasets (one record of one owner "
+        "replaced by a worst-case canary) and let an adversary that sees what the learner sees tell them "
+        "apart: its error rates prove a lower bound on the owner's epsilon, with exact (Clopper-Pearson) "
+        "confidence, printed against the epsilon it claims; writes a table, every run's score, a ROC "
+        "figure and summary.json. Exit status 0 when the bound does not exceed the claim, 3 when it does, 2 "
+        "on bad input."))
+    au.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
+    au.add_argument("--owner", type=int, help="the owner audited (default: the first that takes part)")
+    au.add_argument("--runs", type=_positive, metavar="R",
+                    help="runs of each world (default 2000); with --method one-run, runs in all (default 1)")
+    au.add_argument("--view", choices=("answers", "model", "both"), default="both",
+                    help="what the adversary sees: the owner's answers, the published model, or both")
+    au.add_argument("--method", choices=("worlds", "one-run"), default="worlds",
+                    help="two neighbouring worlds (default), or the audit by one run (Steinke et al. 2023)")
+    au.add_argument("--confidence", type=_fraction, default=0.95, help="of the lower bound (default 0.95)")
+    au.add_argument("--out", type=Path, help="directory (default outputs/NAME-audit-seedSEED)")
+    au.add_argument("--seed", type=int, help="override the scenario's seed")
+    au.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    _add_set(au)
     _command(sub, "scenarios", "list the bundled example scenarios", (
         "List the example scenarios that come with dpmarket, with their descriptions. Any command "
         "taking a scenario accepts one of these names in place of a file, from any directory."))
@@ -150,6 +196,19 @@ def _positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
+def _add_strict(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--strict", action="store_true",
+                        help="exit with status 3 when a diagnostic warns (for pipelines; the results are "
+                             "written all the same)")
 
 
 def _add_set(parser: argparse.ArgumentParser) -> None:
@@ -176,6 +235,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
         if args.command == "validate":
             return _validate(args)
+        if args.command == "explain":
+            return _explain(args)
         if args.command == "timeline":
             return _timeline(args)
         if args.command == "forecast":
@@ -184,7 +245,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             return _market(args)
         if args.command == "scenarios":
             return _scenarios()
+        if args.command == "audit":
+            return _audit(args)
         if args.command == "sweep" or args.replications is not None:
+            if not getattr(args, "oracle", True):
+                raise UsageError("--no-oracle writes a single run: not with --replications")
             return _experiment(args)
         return _run(args)
     except DPMarketError as exc:
@@ -211,9 +276,26 @@ def _load(args: argparse.Namespace):
 
 
 def _validate(args: argparse.Namespace) -> int:
+    from dpmarket.runs.diagnostics import before_run, warnings_in
+    from dpmarket.scenario.keys import commented_toml
+
     scenario = _load(args)
     if not args.quiet:
-        print(scenario.to_toml(), end="")
+        print(commented_toml(scenario), end="")
+    if not (args.strict or not args.quiet):
+        return 0
+    diagnostics = before_run(scenario)
+    if not args.quiet:
+        sys.stdout.flush()
+        for d in diagnostics:
+            warn(d.line())
+    return STRICT_STATUS if args.strict and warnings_in(diagnostics) else 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from dpmarket.scenario.keys import explain
+
+    print(explain(args.key))
     return 0
 
 
@@ -226,12 +308,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         from dpmarket.output import console, results
 
-        out = args.out or results.default_run_dir(scenario)
-        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter)
+        out = args.out or results.default_run_dir(scenario, args.oracle)
+        result = results.run_and_write(scenario, out, progress=not args.quiet, painter=painter,
+                                       oracle=args.oracle)
     finally:
         painter.close()
-    print(console.summary_table(result, out))
-    return 0
+    print(console.summary_table(result, out, args.oracle))
+    return STRICT_STATUS if args.strict and console.warned(result) else 0
 
 
 def _timeline(args: argparse.Namespace) -> int:
@@ -272,6 +355,23 @@ def _market(args: argparse.Namespace) -> int:
     return 0
 
 
+def _audit(args: argparse.Namespace) -> int:
+    from dpmarket.output import console, directories, results
+    from dpmarket.runs.audit import audit
+    from dpmarket.system.progress import of as progress_of
+
+    scenario = _load(args)
+    runs = args.runs or (1 if args.method == "one-run" else 2000)
+    facts = results.audit_settings(args.owner, runs, args.view, args.method, args.confidence)
+    out = args.out or results.default_audit_dir(scenario, facts)
+    directories.check(out, results.audit_identity(scenario, facts))  # before the work: other results stay
+    result = audit(scenario, args.owner, runs, args.view, args.method, args.confidence,
+                   progress=progress_of(not args.quiet))
+    results.write_audit(result, out, facts, scenario.output.plots)
+    print(console.audit_table(result, out))
+    return console.audit_exit_status(result)
+
+
 def _scenarios() -> int:
     from dpmarket.scenario.bundled import listing
 
@@ -290,6 +390,8 @@ def _experiment(args: argparse.Namespace) -> int:
     try:
         print(command.run(plan, out, how))
     except KeyboardInterrupt as stop:
+        if not out.exists():  # stopped before any replication was saved: the directory was removed
+            raise
         print(f"dpmarket: interrupted; finished replications are saved in {out}: "
               f"re-run the same command to resume", file=sys.stderr)
         return exit_status(stop)

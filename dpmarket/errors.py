@@ -1,11 +1,15 @@
 """The project's exceptions: every error dpmarket raises on purpose derives from DPMarketError.
 
 The CLI turns a DPMarketError into one line on stderr and exit status 2; anything else is a
-bug and keeps its traceback.
+bug and keeps its traceback. Errors about a value are also the builtin a Python user catches for
+one, as numpy's and pandas' are: a :class:`ScenarioError` is a ``ValueError``; the notebook API's
+argument errors are :class:`ArgumentTypeError` (a ``TypeError``) or :class:`ArgumentValueError`
+(a ``ValueError``); a run directory that does not exist is a ``FileNotFoundError`` too.
 """
 
 from __future__ import annotations
 
+import reprlib
 import sys
 from typing import Any
 
@@ -30,8 +34,8 @@ class DPMarketError(Exception):
     """Base class of all errors a user can cause (bad scenario, missing file, bad value)."""
 
 
-class ScenarioError(DPMarketError):
-    """A scenario file, or an override, that cannot be turned into a valid scenario.
+class ScenarioError(DPMarketError, ValueError):
+    """A scenario file, or an override, that cannot be turned into a valid scenario (a ValueError).
 
     Carries the file, the dotted key path and the offending value so that the message names
     all three, as in ``ny.toml: data.owners = -3: must be >= 1``.
@@ -59,8 +63,47 @@ class _Missing:
 _MISSING: Any = _Missing()
 
 
+class ArgumentError(DPMarketError):
+    """An argument the notebook API (``dpmarket.run``, ``replicate``, ``sweep``, ``market``, ``load``)
+    cannot take, checked at its boundary before any work: the message names the function, the
+    argument and its value, as in ``dpmarket.run(): seed = 'abc': must be an integer >= 0``."""
+
+    def __init__(self, function: str, argument: str, value: Any, reason: str) -> None:
+        self.function, self.argument, self.value, self.reason = function, argument, value, reason
+        super().__init__(one_line(f"dpmarket.{function}(): {argument} = {_SHORT.repr(value)}: {reason}"))
+
+    def __reduce__(self):
+        return (type(self), (self.function, self.argument, self.value, self.reason))
+
+
+class ArgumentTypeError(ArgumentError, TypeError):
+    """An API argument of a type the function does not take (also a ``TypeError``)."""
+
+
+class ArgumentValueError(ArgumentError, ValueError):
+    """An API argument of the right type but a value the function cannot take, or that cannot fit
+    (also a ``ValueError``)."""
+
+
+_SHORT = reprlib.Repr()  # a value quoted in a message: long strings, lists and mappings shortened
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlist, _SHORT.maxdict = 60, 60, 6, 4
+
+
 class RunDirectoryError(DPMarketError):
     """An output directory that cannot be used (exists and is not empty, cannot be created)."""
+
+
+class MissingRunError(RunDirectoryError, FileNotFoundError):
+    """A run directory to read that does not exist or is not a directory (a ``FileNotFoundError``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self):
+        return (type(self), (self.args[0],))
 
 
 class BudgetExhaustedError(DPMarketError):
@@ -99,6 +142,20 @@ class MarketError(DPMarketError):
 class CalibrationError(DPMarketError, ValueError):
     """No noise within the search range lets an owner's m answers compose to its (ε, δ); the caller
     names the scenario key (``privacy.delta``, ``privacy.epsilon``) in the error it raises."""
+
+
+class DeltaError(CalibrationError):
+    """A δ no calibration can honour: so small that δ/m_i underflows, or so large (δ ≥ 1/n_i) that the
+    guarantee says nothing (a mechanism that publishes a record outright with probability δ meets
+    it); the caller names ``privacy.delta`` (or the owner's own δ)."""
+
+
+class UsageError(DPMarketError):
+    """Command-line options that do not go together."""
+
+
+class AuditError(DPMarketError):
+    """An audit that cannot be run as asked (no such participant, too few runs, a market in time)."""
 
 
 class KernelError(DPMarketError):

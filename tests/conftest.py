@@ -3,6 +3,8 @@ statistical test here) and leaves no example database in the checkout; the forec
 market runs (also those of CLI subprocesses, which inherit the environment) goes to a temporary
 directory, so a test run leaves the checkout as it was."""
 
+import signal
+
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -17,6 +19,13 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile("dpmarket")
+
+# A suite started in the background of a non-interactive shell (``pytest &``, nohup, some CI runners)
+# inherits SIGINT ignored, and so would every subprocess it starts: the signal tests' Ctrl-C would then
+# reach a command that cannot hear it. Python's own handler here makes the subprocesses start with the
+# default disposition (a handler is reset at exec, an ignored signal is not).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +19,13 @@ from dpmarket.scenario.schema import Scenario
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
-# Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here.
-SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0}}
+# Three owners of 300 records with 3 features, ρ = 3: the core of every small scenario here. It keeps
+# the privacy defaults of releases before issue 25 (the papers' set-up: every owner budgets T answers,
+# Ξ from the declared bounds; quantiles 0.999 where a test turns capping or clipping on), so that the
+# tests written against it keep their meaning; tests of the defaults build their scenarios without it.
+PAPER_PRIVACY = {"split": "horizon", "sensitivity": "bounds", "cap_quantile": 0.999, "clip_quantile": 0.999}
+SMALL = {"data": {"owners": 3, "records": 300, "features": 3}, "learner": {"rho": 3.0},
+         "privacy": PAPER_PRIVACY}
 
 # A posted-price market with constant forecast terms (no pilot runs): price 1 for a value of 10,
 # ε within [0.5, 20], quadratic costs of coefficient 0.5.
@@ -95,6 +104,45 @@ def wait_for(condition, timeout: float = 60.0):
     raise AssertionError(f"still waiting after {timeout} s")
 
 
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux: from /proc; any of its threads may have started them)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with suppress(FileNotFoundError, ProcessLookupError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """``pid``'s whole process tree stopped (SIGSTOP) for the block and continued after (SIGCONT), so
+    that what the test checks in the block cannot change under it, whatever the machine's load. Each
+    process is stopped before its children are read (a stopped process starts none). A signal sent
+    to a stopped process waits, and is handled once it continues."""
+    tree, todo = [], [pid]
+    while todo:
+        member = todo.pop()
+        with suppress(ProcessLookupError):
+            os.kill(member, signal.SIGSTOP)
+            tree.append(member)
+        wait_for(lambda member=member: _stopped(member), timeout=300)
+        todo += children(member)
+    try:
+        yield
+    finally:
+        for member in tree:
+            with suppress(ProcessLookupError):
+                os.kill(member, signal.SIGCONT)
+
+
+def _stopped(pid: int) -> bool:
+    """Stopped, or gone (its state letter in /proc: T, or no such process)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in "TtZX"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
 def clip_l1(grads: np.ndarray, bound: float) -> np.ndarray:
     """Reference per-example clipping on the full (n, p) gradient matrix: each row scaled down to
     L1 norm ≤ ``bound`` (with the package's 10⁻¹² margin). The package clips margins instead, in
@@ -138,4 +186,19 @@ def saved_replications(directory: Path) -> dict[tuple[int, int], dict]:
         document = json.loads(path.read_bytes())
         for record in document.get("records", [document]):
             found[record["cell"], record["replication"]] = record
+    return found
+
+
+def answers_outside_membership(rows) -> list[str]:
+    """The ``response`` rows of a market in time whose owner was not taking part at that instant,
+    by its own ``join`` and ``leave`` rows (events.csv rows as dicts, in the log's order: a row
+    logged after a leave at the same time comes after it). An answer outside the market would be
+    paid and charged for an owner that had left (issue 24)."""
+    member: dict[str, bool] = {}
+    found = []
+    for r in rows:
+        if r["kind"] in ("join", "leave"):
+            member[r["owner"]] = r["kind"] == "join"
+        elif r["kind"] == "response" and not member.get(r["owner"], False):
+            found.append(f"owner {r['owner']} answered at t = {r['time']} outside the market")
     return found

@@ -85,6 +85,18 @@ def test_the_api_names_are_the_functions_whatever_else_is_imported():
         dpmarket.nothing_here  # noqa: B018
 
 
+def test_help_of_dpmarket_run_shows_the_function_not_a_module():
+    """``help(dpmarket.run)`` (pydoc) documents the function and its arguments, as the docs say; it
+    showed the module dpmarket.run before the restructure (issue 25, item 5)."""
+    import pydoc
+
+    for name in ("run", "market", "sweep", "replicate", "load"):
+        text = pydoc.render_doc(getattr(dpmarket, name), renderer=pydoc.plaintext)
+        heading = f"Python Library Documentation: function {name} in module dpmarket.api"
+        assert text.startswith(heading), text[:80]
+        assert f"{name}(scenario" in text and "NAME\n" not in text  # NAME: the heading of a module's page
+
+
 # --- one run ---------------------------------------------------------------------------------------
 
 def test_a_run_without_out_writes_nothing_and_returns_every_table(tiny_file, nowhere):
@@ -155,7 +167,7 @@ def test_without_events_the_run_keeps_no_log(tiny_file):
     (lambda f: dpmarket.run(tiny(market=MARKET), overrides={"privacy.epsilon": 3}),
      "not used with a [market]"),
     (lambda f: dpmarket.replicate(f, 0, executor="serial"), "must be at least 1"),
-    (lambda f: dpmarket.replicate(f, 2, workers=0), "--workers 0"),
+    (lambda f: dpmarket.replicate(f, 2, workers=0), "workers = 0: must be at least 1"),
     (lambda f: dpmarket.sweep(f, {"seed": [1, 2]}, executor="serial"), "replication seeds"),
 ])
 def test_errors_are_the_projects_exceptions_not_exits(tiny_file, call, message):

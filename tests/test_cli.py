@@ -46,7 +46,7 @@ def test_validate_prints_the_resolved_scenario(tmp_path, capsys):
     ("name = 'x'\n[privacy]\nepsilon = -1.0\n", [], "privacy.epsilon = -1.0"),
     ("name = 'x'\n", ["--set", "learner.iterations=zero"], "learner.iterations = 'zero'"),
     ("name = 'x'\n", ["--set", "network.clock_rate=-2"], "network.clock_rate"),
-    ("name = 'x'\n[data]\nkind = 'card_fraud'\n[model]\nloss = 'hinge'\n", [], "learner.rho = 'auto'"),
+    ("name = 'x'\n[learner]\nalgorithm = 'sync'\n", [], "learner.rho = 'auto'"),
     ("name = 'x'\n", ["--set", "privacy.sensitivity='clip'", "--set", "privacy.clip=0"], "privacy.clip = 0"),
     # derived quantities that would not be finite name the key that made them so
     ("name = 'x'\n[learner]\nrho = 3.0\n", ["--set", "model.theta_max=1e308"], "model.theta_max = 1e+308"),

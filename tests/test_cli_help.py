@@ -13,7 +13,7 @@ from dpmarket.cli import EXAMPLES, _parser, main
 from dpmarket.scenario.bundled import find
 from dpmarket.scenario.loading import load
 
-COMMANDS = ("run", "sweep", "validate", "timeline", "forecast", "market", "scenarios")
+COMMANDS = ("run", "sweep", "validate", "explain", "timeline", "forecast", "market", "scenarios")
 TAKES_SCENARIO = ("run", "sweep", "validate", "forecast", "market")
 
 

@@ -35,6 +35,7 @@ from dpmarket.errors import ScenarioError
 from dpmarket.learning import kernels
 from dpmarket.learning.objective import Objective, OwnerData, make_loss
 from dpmarket.learning.stepsize import StepSize, auto_rho, stability_number
+from dpmarket.scenario.loading import file_digests
 from dpmarket.scenario.schema import Scenario
 
 TWIN_KEY = 0x7477696E  # "twin": mixed into the data seed to draw the public twin
@@ -219,8 +220,10 @@ _LOCK = threading.Lock()
 
 
 def _key(scenario: Scenario) -> str:
+    """What the summary depends on: the scenario's data, model and owners, and a table's content."""
     dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
     dump["data_seed"] = data_seed(scenario)
+    dump.update(file_digests(scenario, ("data.path",)))
     return json.dumps(dump, sort_keys=True)
 
 
@@ -267,6 +270,33 @@ def _holdout_summary(scenario: Scenario, consortium: Consortium, owners: bool) -
     return summarise(f"public hold-out ({block.shape[1]:,} rows)", whole, split)
 
 
+# --- the owners' own-data ψ as public information shows it ----------------------------------------
+
+def public_own_psi(scenario: Scenario, consortium: Consortium) -> np.ndarray:
+    """Each owner's own-data ψ for the market's decisions, from public information only: the value the
+    owner declares (``[[owners]] own_psi``), else the public proxy's estimate — ψ on the proxy of the
+    model that the proxy owner of the same size trains on its records alone.
+
+    ψ(θ_i*) on the owners' own records (what ``owners.csv`` reports as own_psi, an oracle) would publish
+    a function of the records through who joins, the ε sold and the payments, outside any ε
+    (issue 28, F1). The proxy's owners have the owners' sizes (public); a table's proxy is the hold-out
+    split into owners of those sizes, so it needs Σn_i hold-out rows unless every owner declares.
+    """
+    declared = [scenario.owner_value(i, "own_psi") for i in range(len(consortium.owners))]
+    if all(v is not None for v in declared):
+        return np.array(declared, dtype=float)
+    try:
+        proxy = proxy_consortium(scenario, consortium)
+    except ScenarioError as exc:
+        raise ScenarioError(scenario.source, "market.model_value", scenario.market.model_value,
+                            "owners that value the model decide from their own-data ψ, which must come from "
+                            f"public information: declare it ([[owners]] own_psi), or {exc.reason}") from None
+    m = scenario.model
+    objective = Objective(make_loss(m.loss), proxy.owners, m.regularization, m.theta_max)
+    estimated = objective.psis(objective.own_data_models())
+    return np.array([e if v is None else v for e, v in zip(estimated.tolist(), declared, strict=True)])
+
+
 # --- the learner's step from public information -------------------------------------------------
 
 def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
@@ -279,7 +309,7 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
         check_steps(scenario, float(lr.rho), len(sizes))
         return StepSize(float(lr.rho), "given", None)
     N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
-    info = public_info(scenario, consortium)  # "auto" is refused for the hinge loss
+    info = public_info(step_scenario(scenario), consortium)
     curvature, h_min = info.owner_curvature, float(info.eigenvalues[0])
     rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
     if not (np.isfinite(rho) and rho > 0):
@@ -287,9 +317,23 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
                             f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
                             f"eigenvalue {h_min!r}): give a number")
     check_steps(scenario, rho, N)
+    stand_in = " (the logistic loss's curvature standing in for the hinge's)" if \
+        scenario.model.loss == "hinge" else ""
     source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
-              f"from the {info.source}")
+              f"from the {info.source}{stand_in}")
     return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+
+
+def step_scenario(scenario: Scenario) -> Scenario:
+    """The scenario whose proxy gives "auto"'s curvatures: itself, except that the hinge loss, which
+    has no curvature (ℓ'' is 0 or undefined), borrows the logistic loss's on the same public records.
+
+    Both are margin losses with |ℓ'| ≤ 1 and the logistic loss is the hinge's smooth counterpart
+    (log(1 + e^{-u}) and max(0, 1 − u) agree in slope away from the kink), so the logistic curvature
+    sets a step of the right scale: measured on the hinge scenarios of docs/how-to/defaults.md."""
+    if scenario.model.loss != "hinge":
+        return scenario
+    return scenario.model_copy(update={"model": scenario.model.model_copy(update={"loss": "logistic"})})
 
 
 def check_steps(scenario, rho: float, owners: int) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dpmarket.errors import DPMarketError
 from dpmarket.experiment import store
+from dpmarket.experiment.executors import check_scheduler
 from dpmarket.experiment.study import Execution, Plan, make_plan, run_replications, run_sweep
 from dpmarket.output import console
 from dpmarket.scenario.schema import Scenario
@@ -53,8 +54,9 @@ def execution(job: Job) -> Execution:
                             f"not {job.executor}")
     if job.workers is not None and job.workers < 1:
         raise DPMarketError(f"--workers {job.workers}: must be at least 1")
-    executor = job.executor or ("dask" if job.scheduler else "process")
-    return Execution(executor, job.workers, job.scheduler, job.progress)
+    scheduler = None if job.scheduler is None else check_scheduler(job.scheduler)
+    executor = job.executor or ("dask" if scheduler is not None else "process")
+    return Execution(executor, job.workers, scheduler, job.progress)
 
 
 def plan(job: Job) -> tuple[Plan, Path, Execution]:

@@ -23,10 +23,12 @@ from dpmarket.markets.outcome import Outcome, learner_value
 from dpmarket.markets.policies import settle
 from dpmarket.markets.stage import sellers_of
 from dpmarket.output.directories import Identity
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.output.summary import oracle_statement
+from dpmarket.privacy.guarantee import stated
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
+from dpmarket.scenario.sizes import refuse_impossible_sizes
 from dpmarket.system import files
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
@@ -54,6 +56,7 @@ class Comparison:
     records: np.ndarray
     properties: list[lab.Properties] | None = None
     best: tuple[Best, Best] | None = None  # (the reference: within the budget if any; the first best)
+    psi_zero: float = float("nan")  # ψ of the untrained model θ = 0 on everyone's data
 
 
 def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
@@ -107,6 +110,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     """
     from dpmarket.experiment.policy_runs import final_psi
 
+    refuse_impossible_sizes(scenario, scenario.source, policies)  # the policies' arrays, before any work
     base = pinned(scenario)
     progress = progress_of(progress)
     prepared = prepare(base, progress)
@@ -121,7 +125,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
                                         dtype=float)) for o in outcomes]
     comparison = Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
-                            consortium.sizes)
+                            consortium.sizes, psi_zero=float(objective.psi(np.zeros(objective.p))))
     if not properties:
         return comparison
     with progress.phase("the policies' properties", total=len(results) + 1, unit="policy") as bar:
@@ -208,13 +212,14 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market = market_rows(c)
         _write_csv(staging / "market.csv", tuple(market[0]), (r.values() for r in market))
         title = f"{c.scenario.name}: {len(c.names)} owners, {len(c.seeds)} replication(s)"
-        plots.psi_against_payment(rows, title, staging / "psi_payment.png")
+        plots.psi_against_payment(rows, title, staging / "psi_payment.png", c.psi_zero)
         eps = [(r.outcome.policy, [float(e) for e in r.outcome.epsilon[r.outcome.participates]])
                for r in c.results]
         plots.epsilon_distribution(eps, title, staging / "epsilons.png")
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
                    "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
-                   "forecast": {**c.forecast, "source": c.forecast_source}}
+                   "forecast": {**c.forecast, "source": c.forecast_source},
+                   "oracle": oracle_statement(market_oracle(c.scenario))}
         section = None
         if c.properties is not None:
             summary["properties"] = True
@@ -224,6 +229,19 @@ def write(c: Comparison, target: Path) -> list[dict]:
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
                       [staging / "psi_payment.png", staging / "epsilons.png"], properties=section)
     return rows
+
+
+def market_oracle(scenario: Scenario) -> dict[str, list[str]]:
+    """A comparison's oracle measurements by file: the simulated ψ (and, with pilots on the owners'
+    records, the forecast and every outcome decided with it)."""
+    from dpmarket.output.summary import MARKET_ORACLE
+
+    listed = {k: list(v) for k, v in MARKET_ORACLE.items()}
+    m = scenario.market
+    if m.forecast is None and m.pilots.data == "owners":
+        listed["summary.json"] = ["forecast"]
+        listed["policies.csv"] += ["psi_forecast", "participants", "total_payment", "learner_surplus"]
+    return listed
 
 
 def _write_properties(c: Comparison, staging: Path, title: str, write_csv) -> dict:
@@ -270,8 +288,7 @@ def property_table(rows: list[dict]) -> str:
 
 def guarantee_of(scenario: Scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee (every policy shares it)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    return stated(scenario)
 
 
 def table(rows: list[dict], out: Path, source: str = "", scenario: Scenario | None = None) -> str:

@@ -12,14 +12,16 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import re
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
 from threadpoolctl import threadpool_limits
 
-from dpmarket.errors import ExecutorError
+from dpmarket.errors import ExecutorError, one_line
 from dpmarket.experiment.task import Task, run_task
 from dpmarket.system import processes
 
@@ -30,6 +32,10 @@ OnDone = Callable[[Task, list[dict]], None]
 NO_DASHBOARD = {"dashboard": False, "dashboard_address": ":0"}
 
 
+SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")  # Dask's comm protocols with an address on the network
+EXAMPLE_ADDRESS = "tcp://HOST:8786"
+
+
 def default_workers() -> int:
     """The cores this process may use."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -37,16 +43,44 @@ def default_workers() -> int:
 
 def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", workers: int = 1,
               scheduler: str | None = None) -> None:
-    """Run ``tasks`` on ``executor`` and hand each task's records to ``on_done`` as it finishes."""
+    """Run ``tasks`` on ``executor`` and hand each task's records to ``on_done`` as it finishes.
+
+    Never more workers than tasks: ``--workers 1000`` for 3 tasks starts 3 processes (or Dask
+    workers), not 1,000 idle ones. (The default, the machine's cores, is chosen by the caller.)
+    """
+    workers = max(1, min(workers, len(tasks)))
     if executor == "serial":
         for task in tasks:
             on_done(task, run_task(task))
     elif executor == "process":
-        _run_pool(tasks, on_done, workers)
+        if tasks:
+            _run_pool(tasks, on_done, workers)
     elif executor == "dask":
-        _run_dask(tasks, on_done, workers, scheduler)
+        if tasks:
+            _run_dask(tasks, on_done, workers, scheduler)
     else:
         raise ExecutorError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
+
+
+# [SCHEME://]HOST[:PORT], HOST a name, an IPv4 address or a bracketed IPv6 one (ASCII only)
+ADDRESS = re.compile(r"(?:(?P<scheme>[a-z]+)://)?(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_][A-Za-z0-9._-]*)"
+                     r"(?::(?P<port>[0-9]{1,5}))?", re.ASCII)
+
+
+def check_scheduler(address: str) -> str:
+    """A Dask scheduler's address as given, checked for its form (``[SCHEME://]HOST[:PORT]``, SCHEME one
+    of Dask's protocols, PORT 1–65535); anything else, the empty text included, is one line saying
+    what is expected (Dask's own parser takes ``'not an address'`` for a host name)."""
+    expected = f"expected a Dask scheduler's address, such as {EXAMPLE_ADDRESS}"
+    if re.fullmatch(r"inproc://\S+", address.strip(), re.ASCII):  # a cluster in this process (tests)
+        return address.strip()
+    match = ADDRESS.fullmatch(address.strip())
+    if match is None or not 0 < int(match["port"] or 8786) < 65536:
+        raise ExecutorError(f"--scheduler {address!r}: {expected}")
+    if (match["scheme"] or "tcp") not in SCHEMES:
+        raise ExecutorError(f"--scheduler {address!r}: unknown protocol {match['scheme']!r} "
+                            f"({', '.join(SCHEMES)}); {expected}")
+    return address.strip()
 
 
 def _init_worker(parent: int | None = None) -> None:
@@ -84,11 +118,21 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else None)
 
 
+WAIT_SECONDS = 0.2  # the longest a Ctrl-C or SIGTERM waits for concurrent.futures.wait to let go
+
+
 def _drain(futures: dict[Future, Task], on_done: OnDone) -> None:
-    """Deliver results as they come; after a failure keep delivering the others, then raise."""
+    """Deliver results as they come; after a failure keep delivering the others, then raise.
+
+    ``wait`` takes every pending future's lock in turn, in Python: an interrupt raised in the middle
+    left some of them held, and the pool's manager thread then blocked for ever on the next result,
+    so the shutdown after Ctrl-C or SIGTERM never ended (a sweep of 300 tasks hung about once in ten
+    under load). Signals are held while it runs, in slices of :data:`WAIT_SECONDS`, and act between
+    them."""
     pending, failure = set(futures), None
     while pending:
-        finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+        with processes.held():
+            finished, pending = wait(pending, timeout=WAIT_SECONDS, return_when=FIRST_COMPLETED)
         for future in sorted(finished, key=lambda f: futures[f].cell):
             if future.exception() is None:
                 on_done(futures[future], future.result())
@@ -111,20 +155,77 @@ def _deliver_finished(futures: dict[Future, Task | None], on_done: OnDone) -> No
 
 
 def _dask_client(workers: int, scheduler: str | None):
-    """A Client of the cluster at ``scheduler``, or of a new LocalCluster; (client, cluster or None)."""
+    """A Client of the cluster at ``scheduler``, or of a new LocalCluster; (client, cluster or None).
+
+    A new LocalCluster starts with Ctrl-C and SIGTERM ignored, which its worker processes inherit (see
+    :func:`_run_dask`). A given scheduler is first asked who it is within Dask's connect timeout
+    (:func:`_probe`), with the signals handled: Dask's own Client waits for ever on a peer that
+    accepts the connection and never answers."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
         raise ExecutorError("--executor dask needs dask.distributed: pip install 'dpmarket[dask]'") from None
-    cluster = None
-    try:
-        if scheduler is None:
-            cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                                   dashboard_address=None, silence_logs=logging.CRITICAL,
-                                   scheduler_kwargs=NO_DASHBOARD)
-        return Client(cluster if cluster is not None else scheduler, timeout="20s"), cluster
-    except OSError as exc:
-        raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    if scheduler is not None:
+        seconds = connect_timeout()
+        _probe(scheduler, seconds)
+        try:
+            return Client(scheduler, timeout=seconds), None
+        except (OSError, TimeoutError) as exc:
+            raise ExecutorError(f"--scheduler {scheduler}: cannot connect ({exc})") from None
+    with processes.interrupts_ignored():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=logging.CRITICAL,
+                               scheduler_kwargs=NO_DASHBOARD)
+        return Client(cluster, timeout="20s"), cluster
+
+
+def connect_timeout() -> float:
+    """Seconds to wait for a Dask scheduler: Dask's ``distributed.comm.timeouts.connect`` (30 s unless
+    configured, e.g. ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s``)."""
+    import dask
+    from dask.utils import parse_timedelta
+
+    return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
+
+
+def _probe(address: str, seconds: float) -> None:
+    """Connect to the scheduler at ``address`` and ask its identity, all within ``seconds``; else one
+    line (nothing listens, something else listens, or it does not answer). The asking runs on a
+    daemon thread with an event loop of its own while this thread waits for it: Ctrl-C and SIGTERM
+    land here, in the main thread, and end the wait as they end any other (no traceback from inside
+    the loop; the thread dies with the process)."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def ask() -> dict:
+        comm = await connect(address, timeout=seconds)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()
+
+    outcome: dict = {}
+
+    def work() -> None:
+        try:
+            outcome["reply"] = asyncio.run(asyncio.wait_for(ask(), seconds))
+        except Exception as exc:  # handed to the waiting thread, which reports it
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=work, name="dpmarket-scheduler-probe", daemon=True)
+    thread.start()
+    thread.join(seconds + 1.0)
+    error = outcome.get("error")
+    if thread.is_alive() or isinstance(error, TimeoutError):  # asyncio's is the builtin since 3.11
+        raise ExecutorError(f"--scheduler {address}: no Dask scheduler answered within {seconds:g} s "
+                            "(something may listen there without being one)")
+    if error is not None:  # refused, unreachable, not Dask's protocol
+        raise ExecutorError(f"--scheduler {address}: cannot connect ({one_line(str(error))})")
+    reply = outcome.get("reply")
+    if not isinstance(reply, dict) or reply.get("type") != "Scheduler":
+        raise ExecutorError(f"--scheduler {address}: what answers there is not a Dask scheduler")
 
 
 def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None) -> None:
@@ -137,8 +238,7 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
     logger = logging.getLogger("distributed")
     level = logger.level
     try:
-        with processes.interrupts_ignored():
-            client, cluster = _dask_client(workers, scheduler)
+        client, cluster = _dask_client(workers, scheduler)
         _drain_dask(client, tasks, futures, on_done)
     except KeyboardInterrupt:
         # Once interrupted, the scheduler in this process logs CRITICAL tracebacks of the comms the

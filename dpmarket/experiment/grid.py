@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,19 @@ def parse_grid(texts: list[str]) -> list[Axis]:
             raise ScenarioError("--grid", axis.key, _MISSING, "key given in two --grid options")
         seen.add(axis.key)
     return axes
+
+
+MAX_CELLS = 100_000  # each cell is a scenario validated (~1 ms) and held (some kB) before any run
+
+
+def check_cells(axes: list[Axis]) -> int:
+    """The grid's cell count, refused beyond :data:`MAX_CELLS` before any cell is resolved."""
+    count = math.prod(len(a.values) for a in axes)
+    if count > MAX_CELLS:
+        raise ScenarioError("--grid", " x ".join(a.key for a in axes), _MISSING,
+                            f"makes {count:,} cells, each a scenario validated and held in memory before "
+                            f"any run: at most {MAX_CELLS:,}")
+    return count
 
 
 def pin_data_seed(scenario: Scenario) -> Scenario:

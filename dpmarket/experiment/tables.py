@@ -16,7 +16,7 @@ import numpy as np
 
 from dpmarket.experiment.grid import Axis, Cell
 from dpmarket.markets.forecast import Forecast, calibrate, effective_budgets
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.guarantee import stated
 
 GUARANTEE_COLUMNS = ("mechanism", "accountant", "delta")  # each cell's own (a grid may vary them)
 SWEEP_COLUMNS = ("replications", "owners", "records", "epsilon_harmonic", "psi_mean", "psi_median",
@@ -35,9 +35,8 @@ def grid_value(value: Any) -> Any:
 
 def cell_guarantee(scenario) -> dict[str, Any]:
     """Which mechanism and accountant made a cell's (or a replicated run's) guarantee, at which δ
-    (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    and for which neighbouring relation (:func:`dpmarket.privacy.guarantee.stated`)."""
+    return stated(scenario)
 
 
 def guarantees(cells: list[Cell]) -> list[dict[str, Any]]:

@@ -21,6 +21,7 @@ from dpmarket.data.problem import Prepared, prepare
 from dpmarket.learning import kernels
 from dpmarket.runs.replications import batched, record_reads, run_cell
 from dpmarket.runs.run import execute
+from dpmarket.scenario.loading import file_digests
 from dpmarket.scenario.schema import Scenario
 from dpmarket.schedule.roster import Roster
 
@@ -52,11 +53,13 @@ def data_key(scenario: Scenario) -> str:
 
     The owners' data depend on ``[data]`` (with the pinned data seed), the per-owner tables
     (sizes, shifts, names), the model (loss, intercept; θ* also λ and θmax) and whether records
-    are kept for clipping — not on ε, the learner or the network.
+    are kept for clipping — not on ε, the learner or the network; and on a table's content (a file
+    rewritten at the same path is another dataset).
     """
     dump = scenario.model_dump(mode="json", include={"data", "model", "owners"})
     dump["sensitivity"] = scenario.privacy.sensitivity
     dump["data_seed"] = scenario.seed if scenario.data.seed is None else scenario.data.seed
+    dump.update(file_digests(scenario, ("data.path",)))
     return json.dumps(dump, sort_keys=True)
 
 

@@ -18,6 +18,12 @@ split into tasks, or what ran before in the process — and everything the run c
 (answers, ψ) follows it (:func:`decided`). Each kernel gives the same bits for a query point whether
 it is asked alone or with others (the replay's batches), so a run and the replay of its tape agree
 bit for bit under either kernel. θ*, the own-data models and f* are numpy's always.
+
+A numba that is installed but broken (its import fails, or compiling fails: an llvmlite that does
+not match, a numpy too new for it) is found out before anything runs on it: it is imported when
+``numba`` is asked for by name or ``auto`` would take it, and the replay's loop is compiled for its
+block's argument types before it runs. Under ``numba`` that is an error (one line, as a missing
+numba); under ``auto`` one warning per process, and numpy computes instead, with the same results.
 """
 
 from __future__ import annotations
@@ -29,36 +35,85 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from dpmarket.errors import KernelError
+from dpmarket.errors import KernelError, one_line, warn
 
 VARIABLE = "DPMARKET_KERNEL"
 CHOICES = ("auto", "numpy", "numba")
 BACKENDS = ("numpy", "numba")
 # Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (0.9–1.5 s per
-# process, docs/guides/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
+# process, docs/how-to/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
 # experiment share a worker's start-up, a few hundred of them at least.
 AUTO_READS = 1e10
 AUTO_READS_REPLICATED = 5e7
 
 _state = threading.local()  # the backend pinned in this thread, if any (Dask runs tasks in threads)
+_broken: str | None = None  # why numba cannot be used in this process (its import or a compile failed)
+_warned = False  # auto's fall-back is said once per process
 
 
 def choice() -> str:
     """The kernel ``DPMARKET_KERNEL`` asks for (``auto`` when unset), checked: an unknown name, or
-    ``numba`` where numba is not installed, is an error (no silent fallback)."""
+    ``numba`` where numba is not installed or does not import, is an error (no silent fallback)."""
     value = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
     if value not in CHOICES:
         raise KernelError(f"environment: {VARIABLE} = {os.environ[VARIABLE]!r}: expected one of "
                           f"{', '.join(CHOICES)}")
-    if value == "numba" and not available():
-        raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
-                          "(pip install 'dpmarket[fast]', or unset it)")
+    if value == "numba":
+        if not available():
+            raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "
+                              "(pip install 'dpmarket[fast]', or unset it)")
+        if not usable():  # asked for by name: a numba that is found but does not import is refused now
+            raise unusable_error()
     return value
 
 
 def available() -> bool:
-    """numba is importable (looked up, not imported)."""
+    """numba is installed (looked up, not imported: a broken one is found out by :func:`usable`)."""
     return sys.modules.get("numba") is not None or importlib.util.find_spec("numba") is not None
+
+
+def usable() -> bool:
+    """numba imports and nothing compiled with it has failed in this process (imports it once)."""
+    global _broken
+    if _broken is None and "numba" not in sys.modules:
+        try:
+            import numba  # noqa: F401  (the optional extra: imported only where it would be used)
+        except Exception as exc:  # found but broken: its import, or its llvmlite, fails
+            _broken = reason(exc)
+    return _broken is None
+
+
+def broken() -> bool:
+    """Whether numba turned out unusable in this process (then numpy computes everything)."""
+    return _broken is not None
+
+
+def mark_broken(exc: Exception) -> None:
+    """Record that compiling with numba failed with ``exc``: nothing uses numba in this process again."""
+    global _broken
+    _broken = reason(exc)
+
+
+def reason(exc: Exception) -> str:
+    """The first line of what went wrong, with the exception's type."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def unusable_error() -> KernelError:
+    """The one-line error of ``DPMARKET_KERNEL=numba`` with a numba that cannot be used."""
+    return KernelError(one_line(f"environment: {VARIABLE} = 'numba': numba is installed but cannot be used "
+                                f"({_broken}); repair it (pip install -U 'dpmarket[fast]'), or unset "
+                                f"{VARIABLE}"))
+
+
+def fall_back() -> None:
+    """Under ``auto``: say once per process that numba is broken and numpy computes instead."""
+    global _warned
+    if not _warned:
+        _warned = True
+        warn(f"numba is installed but cannot be used ({_broken}); the numpy replay runs instead, with the "
+             f"same results (set {VARIABLE}=numpy to skip numba)")
 
 
 def resolve(reads: float, replicated: bool = False) -> str:
@@ -69,7 +124,12 @@ def resolve(reads: float, replicated: bool = False) -> str:
     if value != "auto":
         return value
     threshold = AUTO_READS_REPLICATED if replicated else AUTO_READS
-    return "numba" if reads >= threshold and available() else "numpy"
+    if reads < threshold or not available():
+        return "numpy"
+    if not usable():
+        fall_back()
+        return "numpy"
+    return "numba"
 
 
 def backend() -> str:

@@ -48,13 +48,18 @@ def stability_number(rho: float, owners: int, iterations: int, lam: float, share
 
 
 def floor_law(rho: float | np.ndarray, owners: int | np.ndarray, iterations: int, lam: float,
-              eigenvalues: np.ndarray, weights: np.ndarray) -> float | np.ndarray:
+              eigenvalues: np.ndarray, weights: np.ndarray,
+              updates: np.ndarray | None = None) -> float | np.ndarray:
     """ψ_T the floor law predicts without noise (module docstring).
 
     ``rho`` and ``owners`` may be arrays (one entry per coalition, as the market's forecast asks
-    for many at once); the result then has their shape.
+    for many at once); the result then has their shape. ``updates``: the updates a coalition
+    actually makes, when its answer caps end it before T (the flow then has length ηU, not ηT,
+    with the step η planned for T).
     """
     rate = 2.0 * np.asarray(rho, dtype=float) / (iterations * 2.0 * lam * (np.asarray(owners) + 1))
+    if updates is not None:
+        rate = rate * (np.asarray(updates, dtype=float) / iterations)
     psi = np.sum(weights * np.exp(-rate[..., None] * np.asarray(eigenvalues)), axis=-1)
     return float(psi) if np.ndim(psi) == 0 else psi
 

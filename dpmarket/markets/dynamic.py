@@ -45,6 +45,11 @@ from dpmarket.privacy.owners import DataOwner
 from dpmarket.scenario.schema import Market
 
 STEP = 0.25  # the progress rule's price change per period: × 1.25 or ÷ 1.25
+# The progress rule's repricings in a row without a single update, after which the run stops ("stalled"):
+# nothing the market does brings an exchange (too few owners take part for the network, or none can),
+# and a run without a horizon would reprice for ever. At 1,000 repricings per exchange (the most
+# validation lets market.period allow with every owner taking part) this is ten exchanges' worth.
+STALL_REPRICINGS = 10_000
 BAND = 10.0  # the progress rule keeps the price within [p₀/10, 10 p₀]
 OUT, IN, GONE = 0, 1, 2  # an owner's state: not taking part now, taking part, budget spent (for good)
 
@@ -97,9 +102,10 @@ class DynamicMarket:
 
     # -- the run ---------------------------------------------------------------------------
     def start(self, env, stop: Callable[[str], None], model: Callable[[], np.ndarray],
-              arrivals: np.random.Generator | None) -> None:
-        """Post the opening price, let the opening coalition join, start repricing and arrivals."""
-        self.env, self.stop, self.model = env, stop, model
+              arrivals: np.random.Generator | None, updates: Callable[[], int] = lambda: 0) -> None:
+        """Post the opening price, let the opening coalition join, start repricing and arrivals.
+        ``updates`` counts the learner's updates (the model changes only there)."""
+        self.env, self.stop, self.model, self.updates = env, stop, model, updates
         self._price_row("opening price" if self.m.rule == "fixed" else "opening price (progress rule)")
         for j, i in enumerate(self.roster):
             if self.book.present[j] and self.opening.participates[i]:
@@ -114,10 +120,19 @@ class DynamicMarket:
 
     def _reprice(self) -> Generator:
         """The progress rule, every period: a step up when the period's money bought more value
-        (measured on public data) than it cost, or bought nothing; else a step down."""
+        (measured on public data) than it cost, or bought nothing; else a step down. The model is
+        measured again only if it changed (an update) since the last period: the same model has the
+        same ψ. After :data:`STALL_REPRICINGS` periods in a row without an update the run stops."""
+        measured_at, idle = self.updates(), 0
         while True:
             yield self.env.timeout(self.m.period)
-            psi, spend = self.measure(), self.spent - self.last_spent
+            updates = self.updates()
+            idle = idle + 1 if updates == measured_at else 0
+            if idle >= STALL_REPRICINGS:
+                self.stop(f"stalled: {STALL_REPRICINGS:,} repricings without an update")
+                return
+            psi = self.measure() if updates != measured_at else self.last_psi
+            measured_at, spend = updates, self.spent - self.last_spent
             gained = self.m.value * (self.last_psi - psi)
             factor = self._step(gained, spend)
             self.price = float(np.clip(self.price * factor, self.opening_price / BAND,
@@ -159,6 +174,10 @@ class DynamicMarket:
         self._close_if_stuck()
 
     # -- hooks of the simulation -------------------------------------------------------------
+    def member(self, j: int) -> bool:
+        """Whether owner j takes part now (joined and not left since): only a member answers."""
+        return self.book.state[j] == IN
+
     def takes_part(self, j: int) -> bool:
         """Whether owner j may answer now (called at its tick). An owner whose budget is spent is
         let through once more, so that the simulation logs its refusal and retires it."""

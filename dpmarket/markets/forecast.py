@@ -262,6 +262,10 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
     replications and ψ's run-to-run spread (a quadratic form of the noise, relative SD ≈ 0.5–0.7).
     Weighing by the *fitted* ψ (iteratively reweighted least squares, Gauss–Newton on the saturated
     column) removes that bias: the equations above have mean zero at the true multipliers.
+
+    Pilots above the box (ψ_k beyond ``box`` plus the other columns) would take x_C to infinity, the
+    saturated term creeping towards ``box``; x_C stops where every pilot's term is within 10⁻⁶ of
+    saturation (x_C·A_C ≥ 10⁶·box), which forecasts the same ψ to that precision and stays finite.
     """
     A, y = np.asarray(columns, dtype=float), np.asarray(psi, dtype=float)
     count = A.shape[1]
@@ -277,6 +281,8 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
 
     from scipy.optimize import nnls  # deferred: scipy.optimize is slow to import
 
+    positive = A[:, -1][A[:, -1] > 0]
+    cap = 1e6 * box / positive.min() if np.isfinite(box) and positive.size else np.inf
     for step in range(iterations):
         mu, jac = model(x)
         weight = 1.0 / np.maximum(mu, 1e-300)
@@ -284,6 +290,7 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
         target = np.concatenate([(y - mu + jac @ x) * weight, np.sqrt(lam)])
         new, _ = nnls(rows, target)
         new = new if step < 20 else 0.5 * (x + new)  # damped if plain steps have not settled
+        new[-1] = min(new[-1], cap)
         if np.max(np.abs(new - x) / np.maximum(np.abs(x), 1e-12)) < 1e-12:
             return new
         x = new

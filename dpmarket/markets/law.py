@@ -48,6 +48,12 @@ coalitions of 4 to 40 owners). The noise term saturates towards it as 1/ψ = 1/V
 report), which followed simulations through the transition within about ×1.5 where V alone
 overshoots by ×10–1,000; below ψ ≈ 0.1·ψ_box it changes V by under 10 %.
 
+**Updates.** A coalition makes at most U_S = min(T, Σ_{i∈S} m_i) updates: with the capped split and
+caps given, every member may run out of answers well before T (4 owners of 3 answers each stop at
+12 updates of T = 100,000), and the run ends there. The floor, the mean's variance and the
+selection kicks then run over U_S updates of the step η the learner was planned with for T (the
+step depends on T, the run's length on the caps); U_S = T otherwise, and the law is as above.
+
 ψ̂_S = c₀·(F_S + B_S + S_S) + sat(c₂·V_S), with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated
 law (``market.forecast = "law"``), or fitted to pilot runs on the public proxy (dpmarket/runs/pilots.py).
 Everything the law reads is public: sizes, clock rates, caps, T, λ, Ξ, ρ's recipe and the proxy's
@@ -119,11 +125,13 @@ def jitter(owners: np.ndarray) -> np.ndarray:
     return N * (N * N + N + 2) / (2 * (N + 1)) - 4 * N / (N + 1)
 
 
-def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int) -> np.ndarray:
-    """Σ_{t<T} (1 − ηh_j)^{2t} per coalition and mode: the mean's noise variance in units of q."""
+def mean_variance(eta: np.ndarray, eigenvalues: np.ndarray, iterations: int | np.ndarray) -> np.ndarray:
+    """Σ_{t<T} (1 − ηh_j)^{2t} per coalition and mode: the mean's noise variance in units of q
+    (``iterations``: T, or U_S per coalition)."""
     r = (1.0 - eta[:, None] * eigenvalues[None, :]) ** 2
+    steps = iterations if np.ndim(iterations) == 0 else np.asarray(iterations, dtype=float)[:, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(r == 1.0, float(iterations), (1.0 - r**iterations) / (1.0 - r))
+        return np.where(r == 1.0, np.broadcast_to(steps, r.shape).astype(float), (1.0 - r**steps) / (1.0 - r))
 
 
 def owner_weights(inputs: LawInputs) -> np.ndarray:
@@ -189,6 +197,7 @@ class Coalitions:
     noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
     members: object = None  # the coalitions (Masks or Prefixes), for (ε, δ) noise
     epsilons: np.ndarray | None = None  # ε as given, for (ε, δ) noise
+    answers: np.ndarray | None = None  # (K, R + 1): members per rate without a cap, Σ_S given caps
 
 
 def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
@@ -205,16 +214,31 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
         inverse = 1.0 / np.square(np.where(eps > 0, eps, 1.0))  # 0 (declined) for non-members: unused
         if inverse.ndim == 1:  # one ε per owner for every coalition: a column like the others
             columns.append((a * inverse)[:, None] * cap_groups(inputs))
+    counted = inputs.split == "capped"  # only caps can end a run before T (the horizon split's m_i = T)
+    if counted:  # last columns: members per rate without a cap of their own, and their given caps
+        groups = cap_groups(inputs)
+        columns.append(np.column_stack([groups[:, :-1], np.sqrt(groups[:, -1])]))
     sums = members.sums(np.column_stack(columns))
+    answers = sums[:, -(len(inputs.rate_values) + 1):] if counted else None
     owners, n, totals, p = sums[:, 0], sums[:, 1], sums[:, 2], len(inputs.eigenvalues)
     noise = None
     if inverse is not None:  # Σ_S a_i ε_i⁻² per cap group
-        noise = (sums[:, 5 + p:] if inverse.ndim == 1 else
+        groups = len(inputs.rate_values) + 1
+        noise = (sums[:, 5 + p:5 + p + groups] if inverse.ndim == 1 else
                  members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
     rho = coalition_rho(inputs, owners, members.largest(records) / n)
     eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
     return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise, members,
-                      None if epsilons is None else np.asarray(epsilons, dtype=float))
+                      None if epsilons is None else np.asarray(epsilons, dtype=float), answers)
+
+
+def coalition_updates(inputs: LawInputs, c: Coalitions) -> np.ndarray | None:
+    """U_S = min(T, Σ_{i∈S} m_i) per coalition: the updates its members' answers allow (module
+    docstring); None where no cap can end a run before T."""
+    if c.answers is None:
+        return None
+    allowed = np.sum(c.answers[:, :-1] * cap_grid(inputs, c), axis=1) + c.answers[:, -1]
+    return np.minimum(allowed, float(inputs.iterations))
 
 
 def clock_factor(inputs: LawInputs, c: Coalitions) -> np.ndarray:
@@ -300,13 +324,21 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, coalitions, epsilons)
     h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
-    # floor and mean variance depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
-    # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
-    first, which = distinct(c.eta)
-    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h, inputs.floor_weights))
+    updates = coalition_updates(inputs, c)
+    if updates is not None and np.any(updates < T):  # caps end some coalition's run before T
+        first = which = np.arange(len(c.eta))
+        steps = updates
+    else:
+        # floor and mean variance depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
+        # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
+        first, which = distinct(c.eta)
+        steps = updates = None
+    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h, inputs.floor_weights,
+                                    updates))
     s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
     bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
-    modes = mean_variance(c.eta[first], h, T)[which] + jitter(c.owners)[:, None]  # (K, p), in units of q
+    modes = (mean_variance(c.eta[first], h, T if steps is None else steps)[which]
+             + jitter(c.owners)[:, None])  # (K, p), in units of q
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
     noise = noise_per_step(inputs, c) * (modes @ h) / scale
     return floor[which] + bias + ((kicks * modes) @ h) / scale, noise

@@ -6,7 +6,7 @@ The computation packages never import this one; results flow one way into it. Mo
 - :mod:`~dpmarket.output.console`: the text printed after a run or an experiment
 - :mod:`~dpmarket.output.report`: ``report.html``, one self-contained page
 - :mod:`~dpmarket.output.directories`: run and market directories, written whole or not at all
-- :mod:`~dpmarket.output.results`: a run directory's files
+- :mod:`~dpmarket.output.results`: a run directory's files (and an audit's)
 - :mod:`~dpmarket.output.views`: what the timeline's picture and interactive view show, from spans
 - :mod:`~dpmarket.output.spans`: ``spans.csv``, the run's intervals paired from ``events.csv``
 - :mod:`~dpmarket.output.timeline`: the ``timeline`` command's tables from a run directory

@@ -1,5 +1,5 @@
 """The text printed after a command: a run's key figures and the warnings that name the lever to pull,
-and an experiment's short summary read from its output files."""
+an experiment's short summary read from its output files, and an audit's table and verdict."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ import csv
 from pathlib import Path
 
 from dpmarket.output.summary import summary
+from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult
 from dpmarket.scenario.checks import BUDGET_KEYS
 
 
-def summary_table(result: RunResult, out: Path) -> str:
-    """A short human-readable summary of a run, for the terminal."""
-    s = summary(result)
+def summary_table(result: RunResult, out: Path, oracle: bool = True) -> str:
+    """A short human-readable summary of a run, for the terminal (without ``oracle``, none of the
+    oracle measurements: ψ, own-data ψ, who benefits)."""
+    s = summary(result, oracle)
     eps = sorted({o.epsilon for o in result.owners})
     eps_text = f"{eps[0]:g}" if len(eps) == 1 else f"{eps[0]:g}…{eps[-1]:g}"
     sizes = result.consortium.sizes
@@ -23,31 +25,42 @@ def summary_table(result: RunResult, out: Path) -> str:
         f"(per owner {sizes.min():,}…{sizes.max():,})",
         f"model         {s['loss']} loss, {s['algorithm']} learner, ε = {eps_text}, "
         f"Ξ = {s['sensitivity']:.4g} ({s['sensitivity_norm']})",
-        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else ""),
+        f"privacy       {s['guarantee']}" + (f"; δ = {s['delta']:g}" if s["delta"] else "")
+        + ("; noise from the system's secure generator (not reproducible)"
+           if s.get("noise", "").startswith("system") else ""),
         f"iterations    {s['iterations']} of {s['iterations_planned']} ({s['stop_reason']}); "
         f"queries {s['queries']}, refusals {s['refusals']}",
         *_network_lines(s),
         *_data_lines(s.get("data")),
-        f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
-        f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit)",
+        *_psi_lines(s),
         f"max ε spent   {s['epsilon_spent_max']:.4g}",
         *_market_lines(s),
         *_learner_lines(s),
-        *_yardstick_warning(s["psi_final"], s["psi_zero"], s.get("policy")),
-        *_stability_warning(s["step_curvature_max"]),
+        *diagnostic_lines(s["diagnostics"]),
         f"time          {s['simulated_time']:.4g} simulated, {s['wall_seconds']:.2f} s wall",
         f"written to    {out}",
     ]
     return "\n".join(lines)
 
 
+def _psi_lines(s: dict) -> list[str]:
+    """ψ against its yardsticks (oracle measurements), or why they are not shown."""
+    if "psi_final" not in s:
+        return ["psi           not written (--no-oracle: ψ, own-data ψ and who benefits are oracle "
+                "measurements)"]
+    return [f"psi final     {s['psi_final']:.4g}   (untrained θ = 0: {s['psi_zero']:.4g}; median own-data ψ "
+            f"{s['own_psi_median']:.4g}; {s['owners_benefiting']} of {s['owners']} owners benefit; "
+            "oracle measurements)"]
+
+
 def _market_lines(s: dict) -> list[str]:
     if "policy" not in s:
         return []
+    simulated = f" vs {s['psi_simulated']:.4g} simulated" if "psi_simulated" in s else ""
+    source = s["forecast"]["source"] if "forecast" in s else "oracle: left out"
     return [f"market        {s['policy']}: {s['participants']} of {s['owners']} owners take part, "
             f"total payment {s['total_payment']:.4g}, learner surplus {s['learner_surplus']:.4g}",
-            f"forecast      psi {s['psi_forecast']:.4g} forecast vs {s['psi_simulated']:.4g} simulated "
-            f"({s['forecast']['source']})", *_dynamic_lines(s)]
+            f"forecast      psi {s['psi_forecast']:.4g} forecast{simulated} ({source})", *_dynamic_lines(s)]
 
 
 def _dynamic_lines(s: dict) -> list[str]:
@@ -71,6 +84,9 @@ def _data_lines(report: dict | None) -> list[str]:
     """Table data: rows held out, dropped on purpose and clipped, so no change goes unseen."""
     if report is None:
         return []
+    if "feature_values_clipped" not in report:  # --no-oracle: the counts that read the private rows
+        return [f"data          {report['rows_read']:,} rows read; hold-out {report['holdout_rows']:,}; "
+                f"{report['features']} features (counts of the private rows: oracle, not written)"]
     left_out = report["owners_below_min_records"] + report["owners_beyond_max_owners"]
     rows_out = report["rows_below_min_records"] + report["rows_beyond_max_owners"]
     unseen = sum(report["unseen_categories"].values())
@@ -107,25 +123,27 @@ def _learner_lines(s: dict) -> list[str]:
     """ρ with its stability number and the floor law's ψ; clipping's bound and share."""
     stability = "" if s["stability_number"] is None else (
         f", stability number {s['stability_number']:.3g} (limit {s['stability_limit']:g})")
-    floor = "" if s["psi_floor_predicted"] is None else (
+    floor = "" if s.get("psi_floor_predicted") is None else (
         f"; noise-free floor (law) {s['psi_floor_predicted']:.3g}")
     lines = [f"step          ρ = {s['rho']:.4g} ({s['rho_source'].split(' from ')[0]}){stability}{floor}"]
-    if "clip_bound" in s:
+    if "clip_bound" in s and "clipped_share" in s:
         lines.append(f"clipping      {s['sensitivity_norm']} bound {s['clip_bound']:.4g}; "
-                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model")
+                     f"{s['clipped_share']:.3%} of per-example gradients clipped at the final model (oracle)")
     return lines
 
 
-def _yardstick_warning(psi_final: float, psi_zero: float, policy: str | None) -> list[str]:
-    warning = yardstick_warning(psi_final, psi_zero, policy)
-    return [] if warning is None else [f"warning       {warning}"]
+def warned(result: RunResult) -> bool:
+    """Whether a diagnostic of ``result`` warns (``run --strict`` exits with status 3 then)."""
+    from dpmarket.runs.diagnostics import after_run, warnings_in
+
+    return warnings_in(after_run(result)) > 0
 
 
-def _stability_warning(curvature: float | None) -> list[str]:
-    if curvature is None or curvature <= 2.0:
-        return []
-    return [f"warning       largest owner step x curvature = {curvature:.3g} > 2: the largest "
-            f"owners' copies oscillate; lower learner.rho"]
+def diagnostic_lines(diagnostics: list[dict]) -> list[str]:
+    """One line per diagnostic of summary.json (:mod:`dpmarket.runs.diagnostics`): its severity, what
+    is wrong and what to change, its code, and "oracle figure" where it read the private records."""
+    return [f"{d['severity']:<14}{d['message']} [{d['code']}{', oracle figure' if d['oracle'] else ''}]"
+            for d in diagnostics]
 
 
 # --- experiments (run --replications, sweep) ------------------------------------------------------
@@ -170,10 +188,25 @@ def replications_text(out: Path, s: dict, figures: list[Path]) -> str:
         f"own-data psi  first owner {s['own_psi_first']:.4g}, median {s['own_psi_median']:.4g}; "
         f"share of owners benefiting {s['benefit_share_mean']:.1%} (mean over replications)",
         f"privacy       {_guarantee_text(s)}",
-        f"stopped by    {', '.join(f'{k} ({v})' for k, v in s['stop_reasons'].items())}",
+        f"stopped       {_stop_reasons(s['stop_reasons'], s['replications'])}",
         _figures_line(figures),
         f"time          {s['wall_seconds']:.2f} s wall on {_where(s)}",
         f"written to    {out}"])
+
+
+# What each stop reason of a replication means, in words (the reason itself is in replications.csv).
+STOP_WORDS = {"iterations": "at T (learner.iterations)", "budgets exhausted": "every budget spent before T",
+              "horizon": "at network.horizon before T"}
+
+
+def _stop_reasons(reasons: dict, replications: int) -> str:
+    """``all 20 replications at T (learner.iterations)``, or each reason with its count of R."""
+    if len(reasons) == 1:
+        (reason, count), = reasons.items()
+        every = "the one replication" if count == 1 else f"all {count} replications"
+        return f"{every} {STOP_WORDS.get(reason, f'by {reason}')}"
+    return "; ".join(f"{count} of {replications} replications {STOP_WORDS.get(reason, f'by {reason}')}"
+                     for reason, count in reasons.items())
 
 
 def _guarantee_text(facts: dict) -> str:
@@ -196,3 +229,43 @@ def _where(meta: dict) -> str:
     if meta["scheduler"]:
         return f"the Dask cluster at {meta['scheduler']}"
     return f"{meta['executor']} x {meta['workers']}"
+
+
+# --- an audit (``dpmarket audit``) ----------------------------------------------------------------
+
+# Exit status of an audit whose lower bound exceeds the claim (0: it does not; 2: a user error).
+VIOLATION = 3
+
+
+def audit_table(result: AuditResult, out: Path | None = None) -> str:
+    """The audit as terminal text: the claim, one line per adversary, the verdict."""
+    lines = [f"audit         {result.scenario.name} (seed {result.scenario.seed}): owner {result.owner} "
+             f"({result.name}), {result.mechanism} noise, {result.accountant} accountant, m_i = "
+             f"{result.answers_allowed}",
+             f"claimed       (ε, δ) = ({result.epsilon:g}, {result.delta:g}), replace-one neighbours",
+             f"canary        {result.canary}",
+             f"runs          {result.runs:,}" + (" per world" if result.method == "worlds" else "")
+             + f"; the owner's answers per run: {result.answers_seen:.3g} on average"
+             if result.method == "worlds" else f"runs          {result.runs:,} ({result.method})",
+             ""]
+    if result.method == "worlds":
+        lines.append(f"{'adversary':<10} {'FP':>11} {'FN':>11} {'FPR <=':>8} {'FNR <=':>8} "
+                     f"{'eps (est.)':>10} {'eps >= (conf.)':>16}")
+    for a in result.audits:
+        if isinstance(a, ViewAudit):
+            r = a.rates
+            lines.append(f"{a.view:<10} {r.false_positives:>5}/{r.negatives:<5} {r.false_negatives:>5}/"
+                         f"{r.positives:<5} {r.false_positive_upper:>8.4f} {r.false_negative_upper:>8.4f} "
+                         f"{r.epsilon_estimate:>10.4g} {a.epsilon_lower:>8.4g} ({1 - r.level:.1%})")
+        else:
+            lines.append(f"by one run  {a.correct:,} of {a.guesses:,} canaries guessed right: ε ≥ "
+                         f"{a.epsilon_lower:.4g} ({1 - a.level:.0%} confidence)")
+    lines += ["", f"verdict       {result.verdict}"]
+    if out is not None:
+        lines.append(f"written to    {out}")
+    return "\n".join(lines)
+
+
+def audit_exit_status(result: AuditResult) -> int:
+    """0 when the lower bound does not exceed the claim, :data:`VIOLATION` when it does."""
+    return 0 if result.passed else VIOLATION

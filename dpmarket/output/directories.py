@@ -28,8 +28,9 @@ from dpmarket.errors import RunDirectoryError
 from dpmarket.system import files, processes
 
 SUMMARY = "summary.json"
-KIND_FILES = {"run": "events.csv", "market": "policies.csv"}  # a file only that kind writes
-NOUNS = {"run": "a run", "market": "a market comparison"}
+KIND_FILES = {"run": "events.csv", "market": "policies.csv",  # a file only that kind writes
+              "audit": "audit.csv"}
+NOUNS = {"run": "a run", "market": "a market comparison", "audit": "an audit"}
 
 
 @dataclass(frozen=True)

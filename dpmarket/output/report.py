@@ -251,7 +251,8 @@ def _esc(text: str) -> str:
 # Run figures, in the order shown, with their captions (drawn by dpmarket.output.figures.run / topology).
 RUN_FIGURES = (
     ("psi.png", "ψ of the learner's model against the iteration k (log scale), with the median ψ of "
-                "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted)."),
+                "the owners' own-data models (dashed) and ψ of the untrained model θ = 0 (dotted); "
+                "every ψ is an oracle measurement."),
     ("timeline.png", "The communication timeline: each owner's exchanges over simulated time coloured "
                      "by outcome (or counted per time bin for many owners), outages shaded, collisions "
                      "marked; below, the owner served at each update (the papers' Figures 4 and 9)."),
@@ -264,9 +265,10 @@ RUN_FIGURES = (
 
 
 def run_report(result: RunResult, directory: Path, plots: bool | None = None,
-               timeline: dict | None = None) -> Path:
+               timeline: dict | None = None, oracle: bool = True) -> Path:
     """``report.html`` of one run: the headline, the figures already in ``directory``, the owners,
-    then every value of summary.json.
+    then every value of summary.json, with a note naming its oracle measurements (none of which is
+    shown with ``oracle=False``: ``run --no-oracle``).
 
     ``plots`` says whether figures were drawn (default: the scenario's ``output.plots``);
     ``timeline``, the interactive timeline's data (:class:`Interactive`), if it is to be shown.
@@ -276,24 +278,39 @@ def run_report(result: RunResult, directory: Path, plots: bool | None = None,
     from dpmarket.output.summary import owner_rows, summary
 
     directory = Path(directory)
-    facts = {k: v for k, v in summary(result).items() if k != "wall_seconds"}
-    owners = owner_rows(result)
+    facts = {k: v for k, v in summary(result, oracle).items() if k != "wall_seconds"}
+    owners = owner_rows(result, oracle)
     budgets = sorted({o.epsilon for o in result.owners})
+    caption = (f"owners.csv: {facts['owners_benefiting']} of {len(owners)} owners benefit (ψ of the "
+               "collaborative model below their own-data ψ; oracle columns own_psi, benefits)" if oracle
+               else f"owners.csv: {len(owners)} owners (no oracle column: --no-oracle)")
     blocks: list[Block] = [
-        Text(yardstick_text(facts)),
+        *diagnostic_blocks(facts.get("diagnostics", [])),
+        Text(yardstick_text(facts) if oracle else "Written with --no-oracle: no oracle measurement (ψ, "
+             "own-data ψ, who benefits, θ*) is in this directory."),
         Text(result.scenario.description or ""),
         Facts("Key figures", key_figures(facts, budgets)),
+        Text(oracle_text(facts["oracle"])),
         Heading("Figures"),
         *run_figure_blocks(directory, result.scenario.output.plots if plots is None else plots),
         *([Heading("Timeline"), Interactive(timeline)] if timeline is not None else []),
         Heading("Owners"),
-        Table(f"owners.csv: {facts['owners_benefiting']} of {len(owners)} owners benefit "
-              "(ψ of the collaborative model below their own-data ψ)", owners, max_rows=100),
+        Table(caption, owners, max_rows=100),
         Heading("Summary"),
         _facts_table("summary.json (wall time left out)", facts),
     ]
     return write_report(directory, f"dpmarket run: {result.scenario.name} (seed {result.scenario.seed})",
                         blocks)
+
+
+def oracle_text(oracle: Mapping[str, Any]) -> str:
+    """The report's note on oracle measurements: what they are and which figures of which file."""
+    listed = "; ".join(f"{name}: {', '.join(keys)}" for name, keys in oracle.items()
+                       if name not in ("note", "written") and keys)
+    if not oracle.get("written", True):
+        return f"Oracle measurements: {oracle['note']} ({listed})."
+    return (f"Oracle measurements ({oracle['note']}): {listed}. The ε of summary.json and owners.csv "
+            "bounds what the protocol publishes (the answers, hence the model), not these.")
 
 
 def key_figures(facts: Mapping[str, Any], budgets: Sequence[float]) -> list[tuple[str, str]]:
@@ -302,19 +319,23 @@ def key_figures(facts: Mapping[str, Any], budgets: Sequence[float]) -> list[tupl
     (``facts``: summary.json; ``budgets``: the participants' distinct ε)."""
     eps = f"{budgets[0]:g}" if len(budgets) == 1 else f"{budgets[0]:g}…{budgets[-1]:g}"
     rows = [
-        ("ψ final (the trained model)", f"{facts['psi_final']:.4g}"),
-        ("ψ(θ = 0) (the untrained model, the yardstick)", f"{facts['psi_zero']:.4g}"),
-        ("owners benefiting", f"{facts['owners_benefiting']} of {facts['owners']} (collaborative ψ below "
-                              f"their own-data ψ; median own-data ψ {facts['own_psi_median']:.4g})"),
+        ("ψ final (the trained model; oracle)", f"{facts['psi_final']:.4g}"),
+        ("ψ(θ = 0) (the untrained model, the yardstick; oracle)", f"{facts['psi_zero']:.4g}"),
+        ("owners benefiting (oracle)",
+         f"{facts['owners_benefiting']} of {facts['owners']} (collaborative ψ below their own-data ψ; "
+         f"median own-data ψ {facts['own_psi_median']:.4g})"),
+    ] if "psi_final" in facts else []
+    rows += [
         ("ε spent", f"at most {facts['epsilon_spent_max']:.4g} by any owner (budgets ε = {eps})"),
         ("iterations", f"{facts['iterations']} of {facts['iterations_planned']} (stopped by "
                        f"{facts['stop_reason']}); {facts['queries']} queries, {facts['refusals']} refusals"),
         ("network", _network_figures(facts)),
     ]
     if "policy" in facts:
+        simulated = f" against {facts['psi_simulated']:.4g} simulated" if "psi_simulated" in facts else ""
         rows.append(("market", f"{facts['policy']}: {facts['participants']} of {facts['owners']} owners "
                                f"take part; total payment {facts['total_payment']:.4g}; ψ forecast "
-                               f"{facts['psi_forecast']:.4g} against {facts['psi_simulated']:.4g} simulated"))
+                               f"{facts['psi_forecast']:.4g}{simulated}"))
     return rows
 
 
@@ -328,6 +349,16 @@ def _network_figures(facts: Mapping[str, Any]) -> str:
             f"{facts['dropouts']} dropouts, {facts['idle_slots']} idle slots; channel use {use}{more}")
 
 
+def diagnostic_blocks(diagnostics: Sequence[Mapping[str, Any]]) -> list[Block]:
+    """The page's first block: what makes this run's answer weak or misleading, one row each (nothing
+    when the run found nothing to say)."""
+    if not diagnostics:
+        return []
+    rows = [{"severity": d["severity"], "what is wrong, and what to change": d["message"], "code": d["code"],
+             "figures": "oracle (the owners' records)" if d["oracle"] else "public"} for d in diagnostics]
+    return [Table("Diagnostics: read these before the figures", rows, max_rows=len(rows))]
+
+
 def yardstick_text(facts: Mapping[str, Any]) -> str:
     """The page's headline: final ψ against ψ of the untrained model θ = 0 and how many owners
     benefit, with the warning when training did not beat θ = 0 (``facts``: summary.json)."""
@@ -335,6 +366,8 @@ def yardstick_text(facts: Mapping[str, Any]) -> str:
 
     text = (f"ψ final {facts['psi_final']:.4g} against {facts['psi_zero']:.4g} for the untrained "
             f"model θ = 0; {facts['owners_benefiting']} of {facts['owners']} owners benefit.")
+    if "diagnostics" in facts:  # the diagnostics' table above says it, with what to change
+        return text
     warning = yardstick_warning(facts["psi_final"], facts["psi_zero"], facts.get("policy"))
     return text if warning is None else f"{text}\n\nWarning: {warning}."
 
@@ -358,6 +391,7 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
     fit = meta.get("forecast") or {}
     blocks: list[Block] = [
         *([Text(guarantees_text(meta["privacy"]))] if meta.get("privacy") else []),
+        *([Text(oracle_text(meta["oracle"]))] if meta.get("oracle") else []),
         Text(_forecast_text(fit)),
         Heading("Figures"),
         *_figure_blocks(figures),
@@ -384,6 +418,7 @@ def replications_report(directory: Path, title: str, replications: pd.DataFrame,
         Text(f"{len(replications)} replications; final ψ median {psi.median():.4g}, "
              f"25–75 % {psi.quantile(0.25):.4g}–{psi.quantile(0.75):.4g}, mean {psi.mean():.4g}."),
         *([Text(guarantees_text([facts]))] if "guarantee" in facts else []),
+        *([Text(oracle_text(facts["oracle"]))] if "oracle" in facts else []),
         *_figure_blocks(figures),
         Heading("Replications"),
         Table("replications.csv: one row per replication", replications, max_rows=200),
@@ -464,6 +499,7 @@ def market_report(directory: Path, title: str, summary: dict, policies: Sequence
                f"(all {len(market)} rows are in market.csv)")
     blocks: list[Block] = [
         *([Text(guarantees_text([summary]))] if "guarantee" in summary else []),
+        *([Text(oracle_text(summary["oracle"]))] if "oracle" in summary else []),
         Heading("Policies"),
         Table("policies.csv: one row per policy (learner_surplus is the forecast's, "
               "learner_surplus_simulated the simulated ψ's)", policies, max_rows=len(policies)),
@@ -492,7 +528,7 @@ def _property_blocks(properties: dict, owners_per_policy: int) -> list[Block]:
              + "). Fairness: Shapley values of the learner's value over each policy's participants at "
              "the ε they sold, and the correlation of payments with them. Replication: an owner's gain "
              "from splitting its records into k = 2, 4 fake owners. Definitions: "
-             "docs/guides/mechanism-lab.md."),
+             "docs/how-to/mechanism-lab.md."),
         Table("properties.csv: one row per policy", properties["rows"], max_rows=len(properties["rows"])),
         *_figure_blocks(properties["figures"]),
         Table(f"owner_properties.csv, owners below {owners_per_policy} under each policy "

@@ -8,7 +8,8 @@ import numpy as np
 
 from dpmarket.learning.stepsize import STABILITY_LIMIT
 from dpmarket.markets.outcome import learner_value
-from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.guarantee import stated
+from dpmarket.runs.diagnostics import after_run
 from dpmarket.runs.run import RunResult
 
 
@@ -33,10 +34,87 @@ def network_load(result: RunResult) -> dict:
             "transmissions": [ch.transmissions for ch in channels]}
 
 
-def owner_rows(result: RunResult) -> list[dict]:
+# --- oracle measurements: figures computed from the private records without noise ----------------------
+
+ORACLE_NOTE = ("computed from the owners' private records without noise: measurements for the analyst (how "
+               "good the model is, who benefits), not outputs of the protocol, and covered by no ε")
+NO_ORACLE_NOTE = "left out (run --no-oracle): these files hold none of the oracle measurements listed"
+# The table data report's counts that read the private rows beyond their number (they change between
+# neighbouring datasets); the rest (rows read, hold-out, owners left out by size, encoding) is public.
+ORACLE_DATA = ("rows_dropped_missing", "missing_by_column", "feature_values_clipped",
+               "records_with_clipped_features", "labels_clipped", "unseen_categories")
+RUN_ORACLE_KEYS = ("psi_final", "psi_zero", "f_star", "theta_star", "own_psi_median", "owners_benefiting",
+                   "step_curvature_max", "psi_floor_predicted", "clipped_share", "psi_simulated",
+                   "learner_surplus_simulated")
+
+
+def oracle_statement(files: dict[str, list[str]], written: bool = True) -> dict:
+    """The ``oracle`` key of a summary: which figures of which files are oracle measurements."""
+    return {"note": ORACLE_NOTE if written else NO_ORACLE_NOTE, "written": written, **files}
+
+
+PSI_STATISTICS = ["psi_mean", "psi_median", "psi_q25", "psi_q75", "psi_std", "psi_zero", "own_psi_first",
+                  "own_psi_median", "benefit_share_mean"]
+# The oracle measurements of the other outputs, by file: a replicated run, a sweep, a policy comparison.
+REPLICATIONS_ORACLE = {"summary.json": PSI_STATISTICS, "replications.csv": ["psi_final", "owners_benefiting"],
+                       "owners.csv": ["own_psi", "benefit_share"], "metrics.csv": ["psi"],
+                       "figures": ["psi_band.png"]}
+SWEEP_ORACLE = {"sweep.csv": PSI_STATISTICS + ["forecast"],
+                "sweep_owners.csv": ["own_psi", "psi_median", "benefits"],
+                "sweep.json": ["forecast"],  # Theorem 2's constants fitted to the cells' ψ
+                "figures": ["psi_epsilon.png", "psi_records.png", "collaboration.png", "owner_benefit.png",
+                            "convergence.png"]}
+MARKET_ORACLE = {"policies.csv": ["psi_mean", "psi_sd", "psi_min", "psi_max", "learner_surplus_simulated"],
+                 "figures": ["psi_payment.png"]}
+
+
+def run_oracle(result: RunResult) -> dict[str, list[str]]:
+    """The oracle measurements of a run directory, by file (summary.json keys dotted)."""
+    keys = [k for k in RUN_ORACLE_KEYS if k not in ("psi_simulated", "learner_surplus_simulated")
+            or result.market is not None]
+    if result.consortium.report is not None:
+        keys += [f"data.{k}" for k in ORACLE_DATA]
+    if result.market is not None and result.scenario.market.pilots.data == "owners" \
+            and result.scenario.market.forecast is None:  # pilots on the private records: the deal too
+        keys += ["forecast", "psi_forecast", "learner_surplus", "learner_value"]
+    figures = ["psi.png"] + (["market_timeline.png"] if result.market is not None
+                             and result.market.dynamic is not None else [])
+    return {"summary.json": keys, "owners.csv": ["own_psi", "benefits"], "metrics.csv": ["psi"],
+            "figures": figures}
+
+
+def _present(document: dict, key: str) -> bool:
+    """Whether the dotted ``key`` is in ``document``."""
+    head, _, rest = key.partition(".")
+    return head in document and (not rest or rest in (document[head] or {}))
+
+
+def public_only(document: dict, oracle: dict[str, list[str]]) -> dict:
+    """``document`` (summary.json) without the keys ``oracle`` lists for it (dotted: nested)."""
+    out = dict(document)
+    for key in oracle["summary.json"]:
+        head, _, rest = key.partition(".")
+        if rest and isinstance(out.get(head), dict):
+            out[head] = {k: v for k, v in out[head].items() if k != rest}
+        else:
+            out.pop(head, None)
+    return out
+
+
+def owner_rows(result: RunResult, oracle: bool = True) -> list[dict]:
     """One dict per scenario owner with the columns of ``owners.csv``, every row with the same keys
     (market runs: every owner, with its market columns; an owner that declined has ε = 0, no
-    answers, ``participates = false`` and no training or network figures)."""
+    answers, ``participates = false`` and no training or network figures); without ``oracle``,
+    no oracle column (own_psi, benefits)."""
+    rows = _owner_rows(result)
+    if not oracle:
+        for row in rows:
+            row.pop("own_psi", None)
+            row.pop("benefits", None)
+    return rows
+
+
+def _owner_rows(result: RunResult) -> list[dict]:
     counts = result.training.log.counts_by_owner
     roster, network = result.roster, None
     rows = []
@@ -54,6 +132,8 @@ def owner_rows(result: RunResult) -> list[dict]:
             row.update(blank)
         if result.market is not None:
             row.update(_market_columns(result.market.outcome, i))
+            if result.market.own_psi is not None:  # what the owner decided with: public, not own_psi
+                row["own_psi_public"] = float(result.market.own_psi[i])
         if result.market is not None and result.market.dynamic is not None:
             row.update(_dynamic_columns(result, i, row))
     return rows
@@ -80,7 +160,7 @@ def _training_columns(result: RunResult, k: int, counts) -> dict:
             "queries": counts[("query", o.index)], "answers": o.ledger.answers,
             "refusals": counts[("refusal", o.index)], "epsilon_spent": o.epsilon_spent,
             "answer_cap": o.answers_allowed, "noise_scale": o.scale, "mechanism": o.mechanism,
-            "delta": _owner_delta(o), "sensitivity": o.sensitivity}
+            "delta": _owner_delta(o), "sensitivity": o.sensitivity, "accountant_used": o.accountant}
 
 
 def _owner_delta(owner) -> float:
@@ -94,7 +174,7 @@ def _absent(result: RunResult, i: int) -> dict:
     return {"owner": i, "name": result.consortium.names[i],
             "records": int(result.consortium.sizes[i]), "epsilon": 0.0, "queries": 0,
             "answers": 0, "refusals": 0, "epsilon_spent": 0.0, "answer_cap": 0, "noise_scale": "",
-            "mechanism": "", "delta": "", "sensitivity": ""}
+            "mechanism": "", "delta": "", "sensitivity": "", "accountant_used": ""}
 
 
 def _market_columns(outcome, i: int) -> dict:
@@ -123,8 +203,21 @@ def _tick_kind(result: RunResult) -> str:
     return "query" if result.network is None else "tick"
 
 
-def summary(result: RunResult) -> dict:
-    """The ``summary.json`` content (the contract's fields first)."""
+def summary(result: RunResult, oracle: bool = True) -> dict:
+    """The ``summary.json`` content (the contract's fields first), with ``oracle`` naming the
+    oracle measurements of the run directory; without ``oracle`` (``run --no-oracle``) none of them."""
+    full = _summary(result)
+    listed = run_oracle(result)
+    listed["summary.json"] = [k for k in listed["summary.json"] if _present(full, k)]
+    full["oracle"] = oracle_statement(listed, oracle)
+    if oracle:
+        return full
+    # a diagnostic whose figures read the private records is an oracle measurement too
+    full["diagnostics"] = [d for d in full["diagnostics"] if not d["oracle"]]
+    return public_only(full, listed)
+
+
+def _summary(result: RunResult) -> dict:
     s, t, counts = result.scenario, result.training, result.training.log.counts
     own = result.own_psi
     return {
@@ -141,6 +234,7 @@ def summary(result: RunResult) -> dict:
         "channel_utilisation": _utilisation(result),
         "simulated_time": t.time, "sensitivity": result.owners[0].xi,
         **privacy_summary(s),
+        "accountants_used": accountants_used(result.owners),
         "f_star": result.objective.f_star,
         "theta_star": [float(v) for v in result.objective.theta_star],
         "theta_final": [float(v) for v in t.learner.model],
@@ -151,14 +245,23 @@ def summary(result: RunResult) -> dict:
         **_learner_summary(result),
         **_data_summary(result),
         **_market_summary(result),
+        "diagnostics": [d.to_dict() for d in after_run(result)],
     }
 
 
 def privacy_summary(scenario) -> dict:
     """Which mechanism and accountant made the owners' guarantee, in ``summary.json``
-    (:func:`dpmarket.privacy.mechanisms.guarantee`)."""
-    p = scenario.privacy
-    return Guarantee.of(p).statement()
+    and for which neighbouring relation (:func:`dpmarket.privacy.guarantee.stated`)."""
+    return stated(scenario)
+
+
+def accountants_used(owners) -> dict[str, int]:
+    """How many participants' noise rests on each accountant: the scenario's, or basic composition
+    where it proves the guarantee with less noise (dpmarket/privacy/accounting.py, ``calibration``)."""
+    used: dict[str, int] = {}
+    for o in owners:
+        used[o.accountant] = used.get(o.accountant, 0) + 1
+    return dict(sorted(used.items()))
 
 
 def _learner_summary(result: RunResult) -> dict:

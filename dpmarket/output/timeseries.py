@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dpmarket.errors import RunDirectoryError
+from dpmarket.errors import MissingRunError, RunDirectoryError
 
 MARKET_KINDS = ("price", "payment", "join", "leave")
 
@@ -34,9 +34,21 @@ class MarketSeries:
 
 
 def market_series(run_dir: str | Path) -> MarketSeries:
-    """The series of the run in ``run_dir``; a run without a market in time is an error."""
+    """The series of the run in ``run_dir``; a directory that is missing (a MissingRunError, also a
+    FileNotFoundError) or not a run of a market in time is an error naming it."""
     path = Path(run_dir)
-    events = pd.read_csv(path / "events.csv")
+    if not path.is_dir():
+        why = "no such directory" if not path.exists() else "not a directory"
+        raise MissingRunError(f"{path}: {why}: expected a run directory written by `dpmarket run`")
+    for name in ("events.csv", "metrics.csv"):
+        if not (path / name).is_file():
+            raise RunDirectoryError(f"{path}: not a run directory (no {name})")
+    try:
+        events = pd.read_csv(path / "events.csv")
+        metrics = pd.read_csv(path / "metrics.csv")
+    except (ValueError, UnicodeDecodeError) as exc:  # pandas' parser errors are ValueErrors
+        raise RunDirectoryError(f"{path}: events.csv or metrics.csv is damaged "
+                                f"({type(exc).__name__})") from None
     if "amount" not in events.columns:
         raise RunDirectoryError(f"{path}: not a run of a market in time (market.mode = 'dynamic')")
     rows = events[events["kind"].isin(MARKET_KINDS)]
@@ -45,6 +57,5 @@ def market_series(run_dir: str | Path) -> MarketSeries:
     price = pd.Series(np.where(is_price, amount, np.nan)).ffill().to_numpy()
     participants = np.cumsum((kind == "join").astype(int) - (kind == "leave").astype(int))
     spend = np.cumsum(np.where(kind == "payment", amount, 0.0))
-    metrics = pd.read_csv(path / "metrics.csv")
     return MarketSeries(rows["time"].to_numpy(dtype=float), price, participants, spend,
                         metrics["time"].to_numpy(dtype=float), metrics["psi"].to_numpy(dtype=float))

@@ -10,4 +10,6 @@ Modules, in the order data flows through them:
 - :mod:`~dpmarket.privacy.owners`: a data owner's side of an exchange: answer privately, or refuse
 - :mod:`~dpmarket.privacy.cohort`: a run's participants as protocol owners (sensitivity Ξ, caps,
   noise) built from public information
+- :mod:`~dpmarket.privacy.auditing`: what an attack's error rates prove about ε (Clopper–Pearson
+  bounds, the audit by one run)
 """

@@ -4,18 +4,28 @@ after j answers.
 An owner that may answer m_i queries must add noise such that the m_i answers *compose* to
 (ε_i, δ_i). Basic composition splits the budget evenly (Theorem 1: b = 2Ξm/(nε) for Laplace).
 The RDP and privacy-loss-distribution (PLD) accountants of dp-accounting compose far more
-tightly, so the same guarantee needs less noise. No composition maths is written here: the
+tightly, so the same guarantee usually needs less noise. No composition maths is written here: the
 library's accountants price a noise multiplier z (the noise's Laplace b or Gaussian standard
 deviation per unit of one answer's sensitivity) and :func:`noise_multiplier` searches z with the
 library's own calibration (``calibrate_dp_mechanism``: Brent's method on a bracket, then a
 bisection that guarantees the returned z does not exceed the budget), as Opacus does for its
 accountants.
 
-Neighbouring datasets differ in one record; one answer's sensitivity Δ (2Ξ/n_i, dpmarket/privacy/owners.py)
-is the largest shift of the answer between them, in L1 for Laplace and L2 for Gaussian answers.
-The library defines its events for exactly that: ``LaplaceDpEvent(s/C)`` is coordinate-wise
-Laplace(s) noise on a vector of L1 norm at most C, ``GaussianDpEvent(s/C)`` N(0, s²I) noise on one of
-L2 norm at most C; so z = scale/Δ, whatever the neighbouring relation (no sampling here).
+**Tight is never looser than basic.** Basic composition is always a valid proof (each of m answers
+(ε/m, δ/m)-DP composes to (ε, δ)), and at very small δ (or few answers) it proves the guarantee with
+*less* noise than RDP or PLD, whose conversions to (ε, δ) and discretisations are loose there (PLD
+needed 70–445 times basic's Gaussian noise and 667 times its Laplace noise at δ = 10⁻¹⁰⁰…5·10⁻³²⁴).
+So :func:`calibration` takes the least noise among the accountants that prove the guarantee — the
+scenario's, and basic composition — and says which one it used; an owner then keeps that
+accountant's ledger.
+
+Neighbouring datasets differ in one record of one owner, every owner's size n_i public and
+unchanged (replace-one; docs/how-to/privacy.md). One answer's sensitivity Δ (2Ξ/n_i,
+dpmarket/privacy/owners.py) is the largest shift of the answer between two such datasets, in L1 for
+Laplace and L2 for Gaussian answers. The library defines its events for exactly that:
+``LaplaceDpEvent(s/C)`` is coordinate-wise Laplace(s) noise on a vector of L1 norm at most C,
+``GaussianDpEvent(s/C)`` N(0, s²I) noise on one of L2 norm at most C; so z = scale/Δ (no sampling
+here). Add/remove neighbours are not covered: n_i is published and sets the noise.
 
 dp-accounting (with the scipy.stats and scipy.signal it loads, about 0.9 s) is imported inside the
 functions below only: runs with Laplace answers under basic composition never load it.
@@ -25,9 +35,9 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from dpmarket.errors import CalibrationError
+from dpmarket.errors import CalibrationError, DeltaError
 from dpmarket.privacy.guarantee import Guarantee
 
 # The PLD accountant discretises privacy losses on a grid (rounding up, so the bound stays valid);
@@ -37,32 +47,142 @@ from dpmarket.privacy.guarantee import Guarantee
 PLD_RESOLUTION = {"laplace": 3e-4, "gaussian": 1e-3}
 # Calibrate to ε(1 − MARGIN): the ledger composes the answers one at a time, which can differ from
 # the calibration's m-fold self-composition in the ninth digit (measured 1e-8); the margin keeps the
-# ledger's ε after m answers below ε_i.
+# ledger's ε after m answers below ε_i. Basic composition's Gaussian takes it too: the library's
+# analytic σ met its (ε, δ) only to 3·10⁻¹⁴ (and missed δ by 2 % at δ = 10⁻³⁰³ with ε/m = 10⁻⁹),
+# so its σ is also checked in 80-digit arithmetic (:func:`_gaussian_delta`).
 MARGIN = 1e-6
 SEARCH_RANGE = 1e6  # z is searched within [ref/1e6, ref·1e6], ref = m/ε (basic Laplace's z)
 TOLERANCE = 1e-4  # on log z: the calibrated noise is within 10⁻⁴ (relative) of the smallest that fits
+UNIT = 2.0**-53  # the unit roundoff of a double
+# What the library raises where its numerics give up at extreme δ (NaN to an integer, a domain error,
+# brentq's failures): the accountant cannot prove anything there, which :func:`calibration` treats as
+# it treats an unreachable (ε, δ).
+LIBRARY_FAILURES = (ValueError, ArithmeticError, RuntimeError)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The noise multiplier z of an owner's answers and the accountant whose proof it rests on."""
+
+    multiplier: float
+    accountant: str
 
 
 @functools.lru_cache(maxsize=4096)
-def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
-    """z such that ``answers`` answers with noise scale z·Δ compose to the guarantee's (ε, δ) under its
-    accountant.
+def calibration(guarantee: Guarantee, answers: int) -> Calibration:
+    """The least noise that a valid accountant proves lets ``answers`` answers compose to the
+    guarantee's (ε, δ): its own accountant's, or basic composition's where that is less (basic is
+    always valid), with the name of the one used.
 
-    Cached per (guarantee, m): owners that share these values share the search.
-    ``basic`` splits (ε, δ) evenly: Laplace z = m/ε (Theorem 1), Gaussian the analytic Gaussian
-    mechanism's σ for (ε/m, δ/m) (Balle & Wang 2018, dp-accounting's ``get_sigma_gaussian``).
+    A CalibrationError when neither reaches (ε, δ); a :class:`~dpmarket.errors.DeltaError` when δ is
+    what makes the calibration impossible (δ/m_i underflows). Cached per (guarantee, m).
     """
     g = guarantee
+    try:
+        basic = _basic(g, answers)
+    except DeltaError as degenerate:
+        basic, why = None, degenerate
     if g.accountant == "basic":
-        if g.mechanism == "laplace":
-            return answers / g.epsilon
-        from dp_accounting import get_sigma_gaussian
+        if basic is None:
+            raise why
+        return Calibration(basic, "basic")
+    try:
+        tight = _tight(g, answers)
+    except CalibrationError:
+        if basic is None:
+            raise why from None
+        return Calibration(basic, "basic")
+    if basic is not None and basic <= tight:
+        return Calibration(basic, "basic")
+    return Calibration(tight, g.accountant)
 
-        return float(get_sigma_gaussian(g.epsilon / answers, g.delta / answers))
-    return _calibrate(g, answers)
+
+def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
+    """z such that ``answers`` answers with noise scale z·Δ compose to the guarantee's (ε, δ): the
+    least a valid accountant proves (:func:`calibration`).
+
+    ``basic`` splits (ε, δ) evenly: Laplace z = m/ε (Theorem 1), Gaussian the analytic Gaussian
+    mechanism's σ for (ε/m, δ/m) (Balle & Wang 2018, dp-accounting's ``get_sigma_gaussian``, checked).
+    """
+    return calibration(guarantee, int(answers)).multiplier
+
+
+def _basic(guarantee: Guarantee, answers: int) -> float:
+    """Basic composition's z: each of m answers (ε/m, δ/m)-DP (Laplace: pure ε/m-DP)."""
+    g = guarantee
+    if g.mechanism == "laplace":
+        return answers / g.epsilon
+    return basic_gaussian(g.epsilon / answers, g.delta / answers * (1.0 - 4.0 * UNIT), g.delta)
 
 
 @functools.lru_cache(maxsize=1024)
+def basic_gaussian(epsilon: float, delta: float, whole: float | None = None) -> float:
+    """σ (per unit of L2 sensitivity) of one Gaussian answer that is (ε, δ)-DP: the analytic Gaussian
+    mechanism's (dp-accounting) for ε(1 − MARGIN), checked in 80-digit arithmetic at (ε, δ); where
+    the library's σ fails that check (or fails), the least σ that passes it, by bisection in the same
+    arithmetic. A DeltaError when δ underflows to 0 (``whole``: the scenario's δ, for the message)."""
+    if not delta > 0.0:
+        raise DeltaError(f"δ/m = {delta:g} underflows (δ = {whole if whole is not None else delta:g}): "
+                         "no Gaussian noise is (ε, δ)-DP at δ = 0")
+    from dp_accounting import get_sigma_gaussian
+
+    target = epsilon * (1.0 - MARGIN)
+    try:
+        sigma = float(get_sigma_gaussian(target, delta))
+    except LIBRARY_FAILURES:
+        sigma = math.nan
+    if math.isfinite(sigma) and sigma > 0 and _gaussian_delta(sigma, epsilon) <= delta:
+        return sigma
+    return _bisect_gaussian(target, epsilon, delta)
+
+
+def _gaussian_delta(sigma: float, epsilon: float):
+    """δ(ε) of the Gaussian mechanism of σ (sensitivity 1), Φ(1/2σ − εσ) − e^ε Φ(−1/2σ − εσ) (Balle &
+    Wang 2018, Theorem 8), in 80-digit arithmetic: the two terms cancel to many digits where ε is small
+    and δ tiny, which double precision cannot follow (mpmath, a dependency of dp-accounting)."""
+    import mpmath
+
+    with mpmath.workdps(80):
+        s, e = mpmath.mpf(sigma), mpmath.mpf(epsilon)
+        return mpmath.ncdf(1 / (2 * s) - e * s) - mpmath.exp(e) * mpmath.ncdf(-1 / (2 * s) - e * s)
+
+
+def _bisect_gaussian(target: float, epsilon: float, delta: float) -> float:
+    """The least σ (to 10⁻¹² relative) whose δ at ``target`` ≤ ``delta``, verified at ``epsilon``."""
+    lo, hi = 1e-300, max(1.0, math.sqrt(2.0 * math.log(1.25 / delta))) / target
+    while _gaussian_delta(hi, target) > delta:  # the classical bound holds only for ε < 1
+        lo, hi = hi, 2.0 * hi
+        if not math.isfinite(hi):  # ε/m so small that σ overflows: ε's key is named
+            raise CalibrationError(f"no finite Gaussian noise is ({epsilon:g}, {delta:g})-DP per answer "
+                                   "(σ would overflow)")
+    lo = max(lo, hi * 1e-6)
+    while hi / lo > 1.0 + 1e-12:
+        mid = math.sqrt(lo * hi)
+        lo, hi = (lo, mid) if _gaussian_delta(mid, target) <= delta else (mid, hi)
+    if not _gaussian_delta(hi, epsilon) <= delta:  # unreachable: δ falls as σ grows, target < ε
+        raise DeltaError(f"the Gaussian's δ at σ = {hi!r} cannot be shown below {delta:g}")
+    return hi
+
+
+def _tight(guarantee: Guarantee, answers: int) -> float:
+    """The guarantee's own accountant's z (RDP or PLD); a CalibrationError where it cannot reach
+    (ε, δ) within the search range, or where its numerics give up (extreme δ)."""
+    try:
+        return _tight_cached(guarantee, answers)
+    except CalibrationError:
+        raise
+    except LIBRARY_FAILURES as exc:
+        g = guarantee
+        raise CalibrationError(_unreachable(g, answers, why=f"what the {g.accountant!r} accountant cannot "
+                                            f"compute at δ = {g.delta:g} ({type(exc).__name__}: {exc})")) \
+            from None
+
+
+@functools.lru_cache(maxsize=4096)
+def _tight_cached(guarantee: Guarantee, answers: int) -> float:
+    return _calibrate(guarantee, answers)
+
+
 def composed_epsilon(guarantee: Guarantee, multiplier: float, answers: int) -> float:
     """The guarantee's accountant's ε at its δ after ``answers`` answers of multiplier z (its ε, the
     target, sets the PLD grid; the calibration measures with this very function)."""
@@ -116,17 +236,15 @@ def _calibrate(guarantee: Guarantee, answers: int) -> float:
 
 
 def check_reachable(guarantee: Guarantee, answers: int) -> None:
-    """A CalibrationError when no noise within the search range makes m answers compose to (ε, δ),
-    as :func:`noise_multiplier` would raise it, in microseconds where it can: under PLD the answers
-    compose more tightly than under RDP (its noise is smaller), so RDP reaching (ε, δ) shows PLD does;
-    where RDP does not, PLD's own search decides (tens of milliseconds)."""
-    if guarantee.accountant == "pld":
-        try:
-            noise_multiplier(replace(guarantee, accountant="rdp"), answers)
-            return
-        except CalibrationError:
-            pass  # RDP cannot reach it: PLD's own search decides, below
-    noise_multiplier(guarantee, answers)
+    """The error :func:`calibration` would raise for m answers at this guarantee, if any, in
+    microseconds where it can: basic composition reaching (ε, δ) (always, for Laplace answers) shows
+    that some valid noise does, whatever the tighter accountant says."""
+    try:
+        _basic(guarantee, answers)
+        return
+    except DeltaError:
+        pass  # basic cannot: the guarantee's own accountant decides, below
+    calibration(guarantee, answers)
 
 
 class _Remembered:
@@ -168,7 +286,7 @@ def _guess(guarantee: Guarantee, answers: int) -> tuple[float, float, float]:
             return exact + 1e-3, 1e-3, 8e-3  # [1, 1.002] × the exact noise
     if accountant == "pld":
         try:
-            rdp = math.log(noise_multiplier(replace(guarantee, accountant="rdp"), answers))
+            rdp = math.log(_tight(replace(guarantee, accountant="rdp"), answers))
         except CalibrationError:  # RDP cannot reach every (ε, δ) that PLD can: start from m/ε instead
             return math.log(answers / epsilon), coarse / 8, coarse
         try:  # the table starts from the RDP answer just computed: no search for this very z
@@ -311,13 +429,35 @@ class MultiplierTable:
         return self.nodes[k]
 
     def _epsilon(self, z: float) -> float:
-        m, delta = self.answers, self.delta
-        if self.accountant == "basic":  # Gaussian: m shares of δ/m each, exact per answer
-            import numpy as np
-            from dp_accounting import get_epsilon_gaussian
+        """ε at δ of m answers of multiplier z: the least that a valid accountant proves (the
+        table's, or basic composition's), as :func:`calibration` chooses the owners' noise."""
+        basic = self._basic_epsilon(z)
+        if self.accountant == "basic":
+            return basic
+        try:
+            tight = self._tight_epsilon(z)
+        except LIBRARY_FAILURES:  # its numerics give up at this δ: basic composition's proof stands
+            return basic
+        return min(basic, tight) if math.isfinite(tight) else basic
 
-            with np.errstate(divide="ignore"):  # log1p(−1) inside: δ(0) = 1 at tiny noise, handled
+    def _basic_epsilon(self, z: float) -> float:
+        """Basic composition's ε of m answers of z: m/z for Laplace, m shares of δ/m each for the
+        Gaussian (exact per answer)."""
+        m, delta = self.answers, self.delta
+        if self.mechanism == "laplace":
+            return m / z
+        import numpy as np
+        from dp_accounting import get_epsilon_gaussian
+
+        with np.errstate(divide="ignore"):  # log1p(−1) inside: δ(0) = 1 at tiny noise, handled
+            try:
                 return m * float(get_epsilon_gaussian(z, delta / m))
+            except LIBRARY_FAILURES:
+                return math.inf
+
+    def _tight_epsilon(self, z: float) -> float:
+        """The table's own accountant's ε (RDP or PLD) of m answers of z."""
+        m, delta = self.answers, self.delta
         if self.accountant == "rdp":
             return composed_epsilon(Guarantee(self.mechanism, "rdp", 1.0, delta), z, m)
         if self.mechanism == "gaussian":  # exactly one answer of z/√m: the analytic ε, which PLD's
@@ -325,6 +465,8 @@ class MultiplierTable:
 
             return float(get_epsilon_gaussian(z / math.sqrt(m), delta))
         scale = composed_epsilon(Guarantee(self.mechanism, "rdp", 1.0, delta), z, m)  # ≈ PLD's ε: its grid
+        if not (math.isfinite(scale) and scale > 0):
+            return math.inf
         return composed_epsilon(Guarantee(self.mechanism, "pld", scale, delta), z, m)
 
     def multiplier(self, epsilon: float) -> float:

@@ -10,10 +10,10 @@ import numpy as np
 
 from dpmarket import rng as streams
 from dpmarket.data import Consortium
-from dpmarket.errors import CalibrationError, MarketError, ScenarioError
+from dpmarket.errors import CalibrationError, DeltaError, MarketError, ScenarioError
 from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.privacy.guarantee import Guarantee
-from dpmarket.privacy.mechanisms import answer_cap
+from dpmarket.privacy.mechanisms import SystemNoise, answer_cap
 from dpmarket.privacy.owners import DataOwner, answer_bound
 from dpmarket.scenario.schema import OwnerSpec, Scenario
 
@@ -93,18 +93,45 @@ def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective,
     p = scenario.privacy
     delta = scenario.owner_value(i, "delta")
     _check_budget(scenario, i, xi, answers, consortium.owners[i].n, epsilon)  # not sizes: O(N) per call
+    guarantee = Guarantee.of(p, epsilon, delta)
+    check_delta(scenario, i, guarantee, consortium.owners[i].n)
     try:
         return DataOwner(i, consortium.names[i], consortium.owners[i], objective.loss,
-                         guarantee=Guarantee.of(p, epsilon, delta), answers=answers, xi=xi,
-                         noise_rng=streams.stream(scenario.seed, "noise", i), clip=clip)
+                         guarantee=guarantee, answers=answers, xi=xi,
+                         noise_rng=noise_stream(scenario, i),
+                         theta_max=scenario.model.theta_max, clip=clip)
     except CalibrationError as exc:
         raise _unreachable(scenario, i, epsilon, answers, exc) from None
+
+
+def noise_stream(scenario: Scenario, i: int):
+    """Owner i's noise generator: its ``noise`` stream of the run's seed, or the operating system's
+    secure generator with ``privacy.noise = "system"`` (nothing published regenerates it)."""
+    if scenario.privacy.noise == "system":
+        return SystemNoise()
+    return streams.stream(scenario.seed, "noise", i)
+
+
+def check_delta(scenario: Scenario, i: int, guarantee: Guarantee, records: int) -> None:
+    """Refuse a δ at which the guarantee says nothing: δ ≥ 1/n_i lets a mechanism publish one of
+    owner i's records outright (with probability δ each) and still meet it (Dwork & Roth 2014, §2.3).
+    Pure ε-DP answers (Laplace under basic composition) do not use δ."""
+    if guarantee.pure or guarantee.delta < 1.0 / records:
+        return
+    raise ScenarioError(scenario.source, _owner_key(scenario, i, "delta"), guarantee.delta,
+                        f"δ ≥ 1/n_i = 1/{records:,} (owner {i}'s records): a mechanism that publishes a "
+                        "record outright with probability δ meets (ε, δ)-DP, so the guarantee would say "
+                        "nothing; take δ well below 1/n_i (e.g. 1e-6)")
 
 
 def _unreachable(scenario: Scenario, i: int, epsilon: float, answers: int, exc: Exception,
                  key: str | None = None) -> ScenarioError:
     """The one-line error of owner i's (ε, δ) that no noise reaches over m answers, naming the key of
     the budget (``key``, else the owner's or privacy's epsilon), δ's key and where m comes from."""
+    if isinstance(exc, DeltaError):  # δ itself is what no calibration can honour
+        delta = scenario.owner_value(i, "delta")
+        return ScenarioError(scenario.source, _owner_key(scenario, i, "delta"), delta,
+                             f"{exc} (m = {answers} answers from privacy.split)")
     key = key or _owner_key(scenario, i, "epsilon")
     where = f"δ from {_owner_key(scenario, i, 'delta')}, m = {answers} from privacy.split"
     return ScenarioError(scenario.source, key, epsilon, f"{exc} ({where})")

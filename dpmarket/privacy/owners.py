@@ -1,14 +1,17 @@
 """The data owner's side of an exchange: answer a gradient query privately, or refuse.
 
-An owner computes its exact answer Q_i(θ) = (1/n_i) Σ ∇ℓ(θ; z, y), adds noise and records the
-answer in its ledger; when the ledger cannot take another answer it refuses. One answer has
-sensitivity Δ_i = 2Ξ/n_i, Ξ bounding every per-example gradient in the mechanism's norm (L1 for
-Laplace, L2 for Gaussian) — from the declared data bounds (records were clipped into them when the
-owner was built) or by clipping every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z
-the multiplier that makes m_i answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py); under basic
-composition of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time.
-Every answer is finite: the exact part is bounded by the declared domain (see
-:mod:`dpmarket.data.magnitudes`) and the noise by LAPLACE_TAIL times its scale, which the run checks.
+An owner computes its exact answer Q_i(θ) = (1/n_i) Σ ∇ℓ(θ; z, y) at θ projected onto Θ, adds noise
+and records the answer in its ledger; when the ledger cannot take another answer it refuses. One
+answer has sensitivity Δ_i = 2Ξ/n_i (times 1 + κ, the floating-point margin of
+:func:`~dpmarket.privacy.mechanisms.rounding_margin`) between datasets that differ in one record, Ξ
+bounding every per-example gradient in the mechanism's norm (L1 for Laplace, L2 for Gaussian) — from
+the declared data bounds (records were clipped into them when the owner was built) or by clipping
+every per-example gradient to norm Ξ. The noise scale is z·Δ_i, z the multiplier that makes m_i
+answers compose to (ε_i, δ_i) (dpmarket/privacy/mechanisms.py), the least that a valid accountant
+proves (the scenario's, or basic composition where that needs less noise); under basic composition
+of Laplace answers that is Theorem 1's b_i = 2Ξm_i/(n_iε_i), charged ε_i/m_i at a time. Every answer
+is finite: the exact part is bounded by the declared domain (see :mod:`dpmarket.data.magnitudes`) and
+the noise by LAPLACE_TAIL times its scale, which the run checks.
 """
 
 from __future__ import annotations
@@ -23,12 +26,20 @@ from dpmarket.privacy.mechanisms import (
     laplace_scale,
     make_noise,
     noise_multiplier,
+    proved_by,
+    rounding_margin,
 )
 
 # Largest |standard Laplace draw| numpy can return: it takes the log of twice a 53-bit uniform
 # (or of 2 − 2U), never of less than 2⁻⁵², so |w| ≤ 52·ln 2 ≈ 36.04 (rounded up here). Its standard
 # normal (ziggurat, tail r − ln(U)/r with r ≈ 3.65) stays below 14, so the bound covers the Gaussian too.
 LAPLACE_TAIL = 37.0
+
+
+def project(theta: np.ndarray, theta_max: float) -> np.ndarray:
+    """Π_Θ: each coordinate clipped to [−θmax, θmax] (maximum, then minimum, as the learner does; a
+    point of Θ comes back unchanged, bit for bit)."""
+    return np.minimum(np.maximum(theta, -theta_max), theta_max)
 
 
 def answer_bound(xi: float, scale: float) -> float:
@@ -40,23 +51,31 @@ class DataOwner:
     """One hospital or bank: its records, its guarantee, its noise stream and its ledger.
 
     ``answers`` is m_i, the number of answers the guarantee is spread over (the owner refuses the
-    next one); ``xi`` bounds every per-example gradient in the guarantee's norm; ``clip``, when given,
-    is the norm each per-example gradient is clipped to (then ``xi`` equals it).
+    next one); ``xi`` bounds every per-example gradient in the guarantee's norm over Θ = [−θmax, θmax]^p
+    (``theta_max``; every query is projected onto Θ); ``clip``, when given, is the norm each per-example
+    gradient is clipped to (then ``xi`` equals it).
     """
 
     def __init__(self, index: int, name: str, data: OwnerData, loss: Loss, *, guarantee: Guarantee,
-                 answers: int, xi: float, noise_rng: np.random.Generator, clip: float | None = None) -> None:
+                 answers: int, xi: float, noise_rng: np.random.Generator, theta_max: float,
+                 clip: float | None = None) -> None:
         self.index, self.name, self.data, self.loss = index, name, data, loss
-        self.guarantee, self.answers_allowed, self.xi, self.clip = guarantee, answers, xi, clip
-        self.sensitivity = 2.0 * xi / data.n  # of one answer, in the mechanism's norm
-        if guarantee.pure:  # Theorem 1 exactly, as the papers (and earlier runs) do
+        self.theta_max = float(theta_max)  # Θ's box, public: the query is projected onto it
+        self.requested = guarantee  # what the scenario asked for
+        self.guarantee = proved_by(guarantee, answers)  # the accountant that proves it with least noise
+        self.answers_allowed, self.xi, self.clip = answers, xi, clip
+        dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
+        # Of one answer, in the mechanism's norm, as computed in floating point: 2Ξ/n_i, and the margin
+        # by which rounding can part two neighbouring datasets' answers further (rounding_margin).
+        self.margin = rounding_margin(data.n, dim)
+        self.sensitivity = 2.0 * xi / data.n * (1.0 + self.margin)
+        if self.guarantee.pure:  # Theorem 1, as the papers do: b = 2Ξm/(nε), with the rounding margin
             self.multiplier = answers / guarantee.epsilon
-            self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon)
+            self.scale = laplace_scale(xi, answers, data.n, guarantee.epsilon) * (1.0 + self.margin)
         else:
-            self.multiplier = noise_multiplier(guarantee, answers)
+            self.multiplier = noise_multiplier(self.guarantee, answers)
             self.scale = self.multiplier * self.sensitivity
         self.charge, self.ledger = self._ledger()
-        dim = data.stats.A.shape[0] if data.stats is not None else data.Z.shape[1]
         self.noise = make_noise(guarantee.mechanism, noise_rng, self.scale, dim, block=min(256, answers))
 
     @property
@@ -73,6 +92,8 @@ class DataOwner:
 
     @property
     def accountant(self) -> str:
+        """The accountant whose proof the owner's noise and ledger rest on: the scenario's, or basic
+        composition where that proves the guarantee with less noise."""
         return self.guarantee.accountant
 
     def _ledger(self):
@@ -92,7 +113,13 @@ class DataOwner:
         return self.guarantee.norm
 
     def exact_answer(self, theta: np.ndarray) -> np.ndarray:
-        """Q_i(θ) before noise (with per-example clipping when the owner clips)."""
+        """Q_i(θ) before noise (with per-example clipping when the owner clips), at θ projected onto Θ.
+
+        Ξ bounds the per-example gradients over Θ only (squared loss: 2(Y + θmax‖z‖₁)‖z‖₁); at θ = 10·θmax
+        an answer would shift by 3.5 times the sensitivity between neighbours. Algorithm 1 never asks
+        outside Θ (its copies are projected and θ̄ is their midpoint, in floating point too), so the
+        projection changes no answer it asks for; the owner does not rely on it."""
+        theta = project(theta, self.theta_max)
         if self.clip is None:
             return self.loss.mean_grad(theta, self.data)
         return self.loss.clipped_mean_grad(theta, self.data, self.clip, self.norm)

@@ -22,6 +22,12 @@ compute gemv alike (the OpenBLAS of the numpy and scipy wheels do; tests require
 numba compiles the kernel at its first call and keeps it in its cache (``cache=True``: beside this
 file, else the user's cache directory; ``NUMBA_CACHE_DIR`` overrides), so later processes load it.
 Nothing is imported or compiled at import time.
+
+A numba that is installed but broken (its import fails, or compiling fails: an llvmlite that does
+not match, a numpy too new for it) is found out before the loop runs — it is compiled for the
+block's argument types first, and a failure there has changed nothing. Under ``numba`` that is an
+error (one line, as a missing numba); under ``auto`` one warning, and the numpy replay runs instead,
+with the same numbers.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpmarket.errors import KernelError
+from dpmarket.learning import kernels
 from dpmarket.learning.kernels import CHOICES, VARIABLE, available, choice
 
 __all__ = ["AUTO_UPDATES", "CHOICES", "VARIABLE", "KernelError", "async_block", "available", "choice",
@@ -36,7 +43,7 @@ __all__ = ["AUTO_UPDATES", "CHOICES", "VARIABLE", "KernelError", "async_block", 
 
 AUTO_UPDATES = 2_000_000  # replication-updates from which auto imports numba (break-even ~1.4 M)
 
-_kernel = None  # the compiled loop, made at the first call
+_kernel = None  # the jitted loop, made at the first call
 
 
 def wanted(updates: int) -> bool:
@@ -44,25 +51,52 @@ def wanted(updates: int) -> bool:
     value = choice()
     if value != "auto":
         return value == "numba"
-    return updates >= AUTO_UPDATES and available()
+    return updates >= AUTO_UPDATES and available() and not kernels.broken()
+
+
+def _import():
+    """The jitted loop (numba imported on first use), or None when numba is broken in this process."""
+    global _kernel
+    if _kernel is None and kernels.usable():
+        import numba  # the optional extra, imported at the first compiled block only
+
+        _kernel = numba.njit(cache=True)(_async_loop)
+    return _kernel
+
+
+def _compiled(args: tuple):
+    """The jitted loop compiled for ``args``' types (or loaded from numba's cache) without running
+    it; None when numba cannot (``auto``: one warning, the caller replays with numpy)."""
+    kernel = _import()
+    if kernel is not None:
+        try:
+            kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+            return kernel
+        except Exception as exc:  # a compile failure: nothing has run yet
+            kernels.mark_broken(exc)
+    if choice() == "numba":
+        raise kernels.unusable_error()
+    kernels.fall_back()
+    return None
 
 
 def async_block(theta_L: np.ndarray, copies: np.ndarray, counts: np.ndarray, k: int, stats: tuple,
-                learner: tuple, block: tuple, models: np.ndarray) -> None:
+                learner: tuple, block: tuple, models: np.ndarray) -> bool:
     """Updates k+1… of R asynchronous replications, in place: ``theta_L`` (R, p), ``copies``
     (R·N, p, row r·N + i), ``counts`` (R, N). ``stats``: the owners' A (N, p, p), b (N, p), 2/n_i
     (N,), shares n_i/n (N,). ``learner``: λ, the owners' and θ_L's steps, θmax, inverse-frequency
     weighting (bool). ``block``: slots (B, R), each tape's length in the block (R,), the noise pool
     (M, p), each answer's row in it and its scale (B, R), and per step the row of ``models`` that
-    keeps θ_L after it (−1: none)."""
-    global _kernel
-    if _kernel is None:
-        import numba  # the optional extra, imported at the first compiled block only
-
-        _kernel = numba.njit(cache=True)(_async_loop)
+    keeps θ_L after it (−1: none). Returns False, having changed nothing, when numba cannot compile
+    it under ``auto`` (the caller then replays the block with numpy)."""
     lam, step_owner, step_central, theta_max, inverse = learner
-    _kernel(theta_L, copies, counts, np.int64(k), *stats, float(lam), float(step_owner), float(step_central),
+    args = (theta_L, copies, counts, np.int64(k), *stats, float(lam), float(step_owner), float(step_central),
             float(theta_max), bool(inverse), *block, models)
+    kernel = _compiled(args)
+    if kernel is None:
+        return False
+    kernel(*args)
+    return True
 
 
 def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner, step_central,
@@ -71,7 +105,7 @@ def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner,
     each update with :meth:`dpmarket.replay.kernel.AsyncBatch.step`'s operations in its order."""
     R, p = theta_L.shape
     N = counts.shape[1]
-    bar, product = np.empty(p), np.empty(p)
+    bar, query, product = np.empty(p), np.empty(p), np.empty(p)
     for r in range(R):
         length = lengths[r]
         for s in range(slots.shape[0]):
@@ -80,7 +114,8 @@ def _async_loop(theta_L, copies, counts, k, A, b, two_n, share, lam, step_owner,
                 flat = r * N + i
                 for j in range(p):
                     bar[j] = 0.5 * (theta_L[r, j] + copies[flat, j])
-                np.dot(A[i], bar, product)  # gemv, as np.matmul in the numpy replay (into ``product``)
+                    query[j] = min(max(bar[j], -theta_max), theta_max)  # the owner projects onto Θ
+                np.dot(A[i], query, product)  # gemv, as np.matmul in the numpy replay (into ``product``)
                 weight = share[i]
                 if inverse:
                     counts[r, i] += 1

@@ -27,13 +27,15 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 from dpmarket import rng as streams
+from dpmarket.learning import kernels
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
-from dpmarket.privacy.mechanisms import noise_kind
-from dpmarket.privacy.owners import DataOwner
+from dpmarket.privacy.mechanisms import SystemNoise, noise_kind
+from dpmarket.privacy.owners import DataOwner, project
 from dpmarket.replay import compiled
 from dpmarket.schedule.tape import CHUNK, NO_ASKED, Chunk
 
@@ -61,6 +63,8 @@ class Answers:
 
     def __init__(self, owners: list[DataOwner]) -> None:
         self.owners = owners
+        self.theta_max = owners[0].theta_max if owners else np.inf  # Θ: every query is projected onto it
+        self._query = np.empty(owners[0].noise.dim if owners else 0)  # one projected query (:meth:`one`)
         self.stats = all(o.clip is None and o.loss.name == "squared" for o in owners)
         if self.stats:
             self.A = np.array([o.data.stats.A for o in owners])
@@ -68,8 +72,10 @@ class Answers:
             self.two_n = np.array([2.0 / o.data.n for o in owners])  # the inline (2.0 / n) exactly
 
     def of(self, slots: np.ndarray, thetas: np.ndarray, rows: Gathered | None = None) -> np.ndarray:
-        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]`` (``rows``: the owners'
-        statistics gathered for these slots beforehand, see :meth:`gather`)."""
+        """Row r: the exact answer of owner ``slots[r]`` at ``thetas[r]`` projected onto Θ, as
+        :meth:`DataOwner.exact_answer` projects it (``rows``: the owners' statistics gathered for these
+        slots beforehand, see :meth:`gather`)."""
+        thetas = project(thetas, self.theta_max)
         if self.stats:
             rows = self.gather(slots) if rows is None else rows
             product = np.matmul(np.take(self.A, slots, axis=0), thetas[:, :, None])[:, :, 0]
@@ -83,7 +89,10 @@ class Answers:
         return out
 
     def one(self, slot: int, theta: np.ndarray) -> np.ndarray:
-        """Owner ``slot``'s exact answer at one ``theta``, with the inline answer's own operations."""
+        """Owner ``slot``'s exact answer at one ``theta`` (projected onto Θ), with the inline answer's
+        own operations."""
+        query, bound = self._query, self.theta_max  # into one buffer: this runs once per update
+        theta = np.minimum(np.maximum(theta, -bound, out=query), bound, out=query)
         if self.stats:
             return self.two_n[slot] * (self.A[slot] @ theta - self.b[slot])
         return self.records(slot, theta[None])[0]
@@ -93,7 +102,9 @@ class Answers:
         return Gathered(self.b[slots], self.two_n[slots]) if self.stats else None
 
     def every(self, thetas: np.ndarray) -> np.ndarray:
-        """(R, N, p): every owner's exact answer at each row of ``thetas`` (synchronous rounds)."""
+        """(R, N, p): every owner's exact answer at each row of ``thetas`` (projected onto Θ;
+        synchronous rounds)."""
+        thetas = project(thetas, self.theta_max)
         if self.stats:
             product = np.matmul(self.A[None], thetas[:, None, :, None])[..., 0]
             return self.two_n[None, :, None] * (product - self.b[None])
@@ -134,6 +145,8 @@ class Noise:
         self.scale = np.array([o.scale for o in owners])
         self.capacity = np.asarray(capacity, dtype=np.int64)
         self.drawn = np.zeros((len(seeds), len(owners)), dtype=np.int64)
+        # privacy.noise = "system": every replication draws from the operating system's generator
+        self.system = next((o.noise.rng for o in owners if isinstance(o.noise.rng, SystemNoise)), None)
         self.dim = owners[0].noise.dim if owners else 0
 
     def exchanges(self, slots: np.ndarray, answers: np.ndarray, valid: np.ndarray, k0: int) -> Drawn:
@@ -196,6 +209,9 @@ class Noise:
         """Open the streams of these (replication, slot) pairs that are not open yet, all at once
         (:func:`dpmarket.rng.streams` hashes their entropies together, a fraction of one at a time)."""
         new = [key for key in keys if key not in self.gens]
+        if self.system is not None:
+            self.gens.update(dict.fromkeys(new, self.system))
+            return
         made = streams.streams([(self.seeds[r], "noise", self.index[slot]) for r, slot in new])
         self.gens.update(zip(new, made, strict=True))
 
@@ -203,7 +219,7 @@ class Noise:
         """Owner ``slot``'s noise stream in replication r (opened at its first use)."""
         gen = self.gens.get((r, slot))
         if gen is None:
-            gen = self.gens[r, slot] = streams.stream(self.seeds[r], "noise", self.index[slot])
+            gen = self.gens[r, slot] = self.system or streams.stream(self.seeds[r], "noise", self.index[slot])
         return gen
 
 
@@ -309,6 +325,7 @@ class AsyncBatch:
         self.kept: np.ndarray | None = None  # θ_L at the queries later updates use, row r·N + i
         self.kept_at: np.ndarray | None = None  # the iteration each row of ``kept`` holds
         self.k = 0
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -320,16 +337,20 @@ class AsyncBatch:
         return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
 
     def run(self, slots: np.ndarray, lengths: np.ndarray, drawn: Drawn, answers: Answers,
-            record: np.ndarray, models: np.ndarray) -> None:
+            record: np.ndarray, models: np.ndarray) -> bool:
         """A block of updates without stale queries (owners ``slots``, update-major; ``lengths``:
         each tape's updates in it) by the compiled kernel: :meth:`step`'s operations in its order;
-        θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0."""
+        θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0. False, nothing done, when
+        numba turned out unusable (``auto``): the caller replays the block with numpy."""
         c = self.c
         learner = (c.lam, c.step_owner, c.step_central, c.theta_max, c.weighting != "none")
         stats = (answers.A, answers.b, answers.two_n, self.share)
         block = (slots, lengths, drawn.pool, drawn.row, drawn.scale, record)
-        compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block, models)
+        if not compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block,
+                                    models):
+            return False
         self.k += len(slots)
+        return True
 
     def keep(self, rows: np.ndarray, replications: np.ndarray, at: np.ndarray) -> None:
         """Keep θ_L of ``replications`` now (after update ``at``) in ``rows`` of the kept queries."""
@@ -360,6 +381,8 @@ class AsyncBatch:
         theta_L = self._query_model(rows, old)
         theta_bar = 0.5 * (theta_L + np.take(self.copies, u.flat, axis=0))
         answer = answers.of(u.slots, theta_bar, u.gathered) + u.noise
+        if self.observer is not None:  # an audit's adversary sees what the learner sees
+            self.observer.exchanges(rows, u.slots, theta_bar, answer)
         grad_g = (2.0 * c.lam) * theta_bar
         weight = u.share
         if c.weighting != "none":
@@ -387,6 +410,7 @@ class SingleRun:
         run.counts, run.k = np.zeros_like(learner.counts), 0
         self.kept: np.ndarray | None = None  # θ_L at the queries later updates use, one row per owner
         self.kept_at: np.ndarray | None = None
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -407,11 +431,15 @@ class SingleRun:
         answer plus its noise draw times its scale, and :meth:`AsyncLearner.update`."""
         learner, pool, update = self.learner, noise.pool, self.learner.update
         rows, scales = noise.row[:, 0].tolist(), noise.scale[:, 0].tolist()
+        seen = -1 if self.observer is None else self.observer.slot
         for step, owner in enumerate(piece.owner.tolist()):
             old = plan.old(step, None)
             theta_L = learner.theta_L if old is None else self._kept(old, k0 + step + 1)
             theta_bar = 0.5 * (theta_L + learner.theta[owner])
-            update(owner, theta_bar, answers.one(owner, theta_bar) + pool[rows[step]] * scales[step])
+            answer = answers.one(owner, theta_bar) + pool[rows[step]] * scales[step]
+            if owner == seen:  # an audit's adversary sees what the learner sees
+                self.observer.exchanges(None, np.array([owner]), theta_bar[None], answer[None])
+            update(owner, theta_bar, answer)
             plan.keep(self, step)
             if k0 + step + 1 in index:
                 models[index[k0 + step + 1], 0] = learner.theta_L
@@ -468,6 +496,7 @@ class SyncBatch:
         self.theta_now = np.zeros((replications, learner.theta_now.shape[0]))
         self.theta_avg = np.zeros_like(self.theta_now)
         self.k = 0
+        self.observer: Observer | None = None
 
     @property
     def model(self) -> np.ndarray:
@@ -479,6 +508,8 @@ class SyncBatch:
         rows = slice(None) if rows is None else rows
         c, theta = self.c, self.theta_now[rows].copy()  # the query point, and the previous iterate
         replies = answers.every(theta) + noise
+        if self.observer is not None:  # an audit's adversary sees what the learner sees
+            self.observer.rounds(None if isinstance(rows, slice) else rows, theta, replies)
         direction = 2.0 * c.lam * theta + np.matmul(c.share[None, None, :], replies)[:, 0, :]
         step = c.rho / np.sqrt(self.k + 1) if self.averaged else c.rho / (c.T * c.T * (self.k + 1))
         self.k += 1
@@ -509,15 +540,34 @@ class Replayed:
         return self.final[r] if k == self.updates[r] else self.models[self.at.index(k), r]
 
 
+class Observer(Protocol):
+    """What sees the answers as the learner sees them (an audit's adversary, :mod:`dpmarket.runs.audit`):
+    each update's query points and noisy answers, as they are applied. ``slot`` is the owner it
+    watches (set by :meth:`attach`); the replay runs on numpy when an observer is attached."""
+
+    slot: int
+
+    def attach(self, owners: list[DataOwner]) -> None:
+        """Called once with the replay's owners (to find the watched owner's slot)."""
+
+    def exchanges(self, rows: np.ndarray | None, slots: np.ndarray, query: np.ndarray,
+                  answer: np.ndarray) -> None:
+        """One asynchronous update of the replications ``rows`` (None: all): owner ``slots[r]`` was
+        asked at ``query[r]`` and answered ``answer[r]`` (noise included)."""
+
+    def rounds(self, rows: np.ndarray | None, query: np.ndarray, answer: np.ndarray) -> None:
+        """One synchronous round: ``answer[r, i]``, owner i's answer at ``query[r]``."""
+
+
 def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: Sequence[Iterable[Chunk]],
            seeds: Sequence[int], capacity: np.ndarray, at: Sequence[int] = (), progress=None,
-           expected: int = 0) -> Replayed:
+           expected: int = 0, observer: Observer | None = None) -> Replayed:
     """Apply ``tapes`` (replication r's chunks, with noise from ``seeds[r]``) to fresh copies of
     ``learner`` (a template: only its constants are read); keep the models after the updates ``at``
     and each replication's last. ``progress`` (anything with ``update(n)``) counts the updates of
     the longest tape; ``expected``: the updates a tape is expected to have (the learner's T), from
     which ``DPMARKET_KERNEL=auto`` judges whether the compiled kernel pays
-    (:mod:`dpmarket.replay.compiled`)."""
+    (:mod:`dpmarket.replay.compiled`). ``observer`` sees every answer applied (an audit)."""
     at = sorted(set(int(k) for k in at))
     asynchronous = isinstance(learner, AsyncLearner)
     R, p = len(tapes), learner.model.shape[0]
@@ -526,7 +576,11 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
     else:
         batch = SyncBatch(learner, R)
     answers, noise = Answers(owners), Noise(seeds, owners, capacity)
-    fast = isinstance(batch, AsyncBatch) and answers.stats and compiled.wanted(R * expected)
+    if observer is not None:
+        observer.attach(owners)
+        batch.observer = observer
+    fast = (isinstance(batch, AsyncBatch) and answers.stats and observer is None
+            and compiled.wanted(R * expected))
     readers = [Reader(t) for t in tapes]
     models, index = np.zeros((len(at), R, p)), {k: i for i, k in enumerate(at)}
     answers_per_update = 1 if asynchronous else len(owners)
@@ -564,10 +618,10 @@ def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise,
         valid = np.arange(B)[:, None] < lengths
         drawn = noise.exchanges(slots, _column(pieces, B, "answer"), valid, k0)
         plan = _Staleness(pieces, k0, batch.c.N)
-        if fast and plan.fresh:
+        if fast and plan.fresh and not kernels.broken():
             record = np.array([index.get(k, -1) for k in range(k0 + 1, k0 + B + 1)], dtype=np.int64)
-            batch.run(slots, lengths, drawn, answers, record, models)
-            return
+            if batch.run(slots, lengths, drawn, answers, record, models):
+                return
         table = batch.block(slots, drawn, answers)
         plan.keep(batch, -1)
     else:

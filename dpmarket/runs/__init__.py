@@ -1,4 +1,4 @@
-"""Whole runs: one run stage by stage, replications of a cell, the market in time, the pilots.
+"""Whole runs: one run stage by stage, replications of a cell, the market in time, the pilots, audits.
 
 Modules, in the order data flows through them:
 
@@ -9,4 +9,8 @@ Modules, in the order data flows through them:
 - :mod:`~dpmarket.runs.replications`: replications of one cell: schedule → replay → measure
 - :mod:`~dpmarket.runs.dynamic`: a run whose market lives in simulated time
 - :mod:`~dpmarket.runs.run`: a whole run: scenario → data → (market) → simulation → results
+- :mod:`~dpmarket.runs.diagnostics`: what makes a run's answer weak or misleading, and what to change
+  (after a run, and before any: ``dpmarket validate``)
+- :mod:`~dpmarket.runs.audit`: an empirical privacy audit: neighbouring worlds, many runs on the replay,
+  an adversary scoring what the learner sees
 """

@@ -38,6 +38,8 @@ from dpmarket.schedule.sequence import OwnerSequence
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
 
+NOT_A_MEMBER = "not taking part in the market"  # a refusal row's detail: the owner left before its query came
+
 
 class MarketTraining(Training):
     """Training that tells the market of every answer computed and every answer received."""
@@ -46,7 +48,17 @@ class MarketTraining(Training):
 
     def answer(self, owner: int, theta: np.ndarray, time: float,
                channel: int | None = None) -> np.ndarray | None:
-        """Owner i answers (or refuses); an answer's ε is paid now or owed until delivery."""
+        """Owner i answers (or refuses); an answer's ε is paid now or owed until delivery.
+
+        Only a member answers. An owner asks to take part at its tick, but its query arrives later
+        (a request's round trip, or the next broadcast slot), and a repricing or a lost answer may
+        have made it leave meanwhile: it then declines (a refusal row), spending no ε and owed
+        nothing, as its ``leave`` row says it left."""
+        if not self.market.member(owner):
+            self.time = time
+            self._record(time, "refusal", owner, None, self.owners[owner].epsilon_spent, channel,
+                         NOT_A_MEMBER)
+            return None
         before = self.owners[owner].epsilon_spent
         out = super().answer(owner, theta, time, channel)
         if out is not None:
@@ -158,7 +170,7 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
     if view.network.mode == "ideal":
         env = simpy.Environment()
         done = env.event()
-        market.start(env, _stopper(done), lambda: training.learner.model, arrivals)
+        market.start(env, _stopper(done), lambda: training.learner.model, arrivals, lambda: training.k)
         selection, clocks = streams.stream(view.seed, "selection"), streams.stream(view.seed, "clocks")
         env.process(ideal_clocks(env, training, view.learner.iterations, selection, clocks,
                                  ideal_rates(view, len(names)), market.takes_part, done))
@@ -168,7 +180,8 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
         return None
     engine = Engine(build_network(view, len(training.owners)), training, names)
     engine.takes_part = market.takes_part
-    market.start(engine.env, _stopper(engine.done), lambda: training.learner.model, arrivals)
+    market.start(engine.env, _stopper(engine.done), lambda: training.learner.model, arrivals,
+                 lambda: training.k)
     reason = engine.run()
     training.finish()
     downtime = np.array([engine.availability.downtime(i) for i in range(engine.N)])

@@ -34,6 +34,7 @@ from dpmarket.markets.law import LawForecast, build_inputs, law_unavailable
 from dpmarket.markets.stage import MarketStage, sellers_of, settle_market
 from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs.replications import batched, final_psis
+from dpmarket.scenario.loading import file_digests
 from dpmarket.scenario.schema import ForecastConstants, Scenario
 from dpmarket.system import files
 from dpmarket.system.progress import SILENT, Progress
@@ -83,10 +84,19 @@ class PilotRuns:
 
 
 def cache_key(scenario: Scenario) -> str:
-    """A hash of the resolved scenario minus what pilots ignore (names, outputs, market terms)."""
+    """A hash of the resolved scenario minus what pilots ignore (names, outputs, market terms), and of
+    the content of the files it reads (:func:`dpmarket.scenario.loading.file_digests`)."""
     table = scenario.model_dump(mode="json")
     for key in ("name", "description", "output"):
         table.pop(key)
+    privacy = table["privacy"]
+    privacy.pop("preset")  # its effect is in the keys it filled in
+    # Keys a set-up does not use, at the values releases before the defaults of issue 25 wrote: the
+    # same scenarios keep finding their calibrations.
+    if privacy["sensitivity"] == "bounds":
+        privacy["clip"], privacy["clip_quantile"] = None, 0.999
+    if privacy["split"] == "horizon":
+        privacy["cap_quantile"] = 0.999
     market = table.pop("market") or {}
     table["pilots"] = market.get("pilots")
     table["forms"] = FORMS
@@ -96,6 +106,10 @@ def cache_key(scenario: Scenario) -> str:
     for spec in table["owners"]:
         spec.pop("epsilon", None)
         spec.pop("cost_coef", None)
+        spec.pop("own_psi", None)  # a market term (declared own-data ψ), which pilots never read
+    digests = file_digests(scenario)
+    if digests:  # the table's and the trace's content: a file rewritten at the same path is recalibrated
+        table["files"] = digests
     text = json.dumps(table, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -271,8 +285,9 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path | None = 
             recalibrate: bool = False, progress: Progress = SILENT):
     """The forecast and where it came from (its ``source``, which names an oracle calibration).
 
-    Explicit constants; the uncalibrated law; a cached fit (``cached in FILE: calibrated on …``);
-    or pilots run now (``calibrated on …, cached in FILE``). ``recalibrate`` runs the pilots
+    Explicit constants; the uncalibrated law; a fit, cached or made now by running the pilots
+    (``calibrated on …, cached in FILE`` either way: a warm cache gives the same bytes as a cold
+    one; ``… not cached`` when the cache cannot be written). ``recalibrate`` runs the pilots
     whatever ``market.forecast`` says. ``progress`` hears of the pilot runs.
     """
     given = scenario.market.forecast
@@ -298,8 +313,9 @@ def resolve(scenario: Scenario, consortium, objective, directory: Path | None = 
 
 def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> tuple | None:
     """(forecast, source) from the cache file at ``path``; None when there is none, or when it is
-    damaged (unreadable, not JSON, another key or form, multipliers that are not finite numbers ≥ 0),
-    with one warning line: the pilots are then run again and the file rewritten."""
+    damaged (unreadable, not JSON, another key or form, multipliers that are not finite numbers ≥ 0, or
+    that do not give back the fitted ψ̂ it stores for its pilots — c₂ = 1e308, a fit of another version
+    of the law), with one warning line: the pilots are then run again and the file rewritten."""
     if not path.is_file():
         return None
     try:
@@ -312,12 +328,32 @@ def read_cache(scenario: Scenario, consortium, path: Path, why: str | None) -> t
         noise = effective_budgets(scenario, len(consortium.owners), norm_ratio(scenario, consortium))
         forecast = (replace(Forecast.from_dict(table), noise=noise) if why else
                     LawForecast.from_dict(table, build_inputs(scenario, consortium)))
-        return forecast, f"cached in {path}: calibrated on {str(stored['calibrated_on'])}"
+        reproduced(forecast, stored, scenario, consortium, why)
+        return forecast, f"calibrated on {str(stored['calibrated_on'])}, cached in {path}"
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as exc:
         if isinstance(exc, ScenarioError):  # build_inputs refused the scenario itself: not the file's fault
             raise
         warn(f"{path}: damaged ({type(exc).__name__}: {exc}); recalibrating the forecast")
         return None
+
+
+def reproduced(forecast, stored: dict, scenario: Scenario, consortium, why: str | None) -> None:
+    """A ValueError unless ``forecast``'s multipliers are the fit of the pilots the file stores (the
+    fit re-made from them, to 1e-9 relative), and give back the fitted ψ̂ it stores: multipliers that
+    are finite but absurd (c₂ = 1e308, which the box's saturation can hide from ψ̂ alone), or a fit
+    made by another version of the law, are not trusted. Refitting costs no pilot run."""
+    pilots = pilots_from_table(stored, consortium.sizes)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        refit = (fit_theorem2(scenario, pilots) if why else
+                 fit_law(LawForecast(forecast.inputs), pilots))
+        fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    names = [k for k in ("c0", "c1", "c2") if hasattr(refit, k)]
+    mine, theirs = (np.array([float(getattr(f, k)) for k in names]) for f in (forecast, refit))
+    expected = np.asarray(stored["pilots"]["psi_fitted"], dtype=float)
+    if (not np.allclose(mine, theirs, rtol=1e-9, atol=0.0) or fitted.shape != expected.shape
+            or not np.all(np.isfinite(fitted)) or not np.allclose(fitted, expected, rtol=1e-9, atol=0.0)):
+        raise ValueError("its multipliers are not the fit of its own pilots (edited, or written by "
+                         "another version)")
 
 
 def _multiplier(value) -> bool:

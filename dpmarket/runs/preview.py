@@ -3,7 +3,8 @@
 The predicted ψ̂ of the owners that would take part — under the scenario's market, or with
 everyone at the scenario's budgets when it has none — and, per owner, whether that model is
 forecast to beat the model it could train on its own data (ψ(θ_i*), exact and cheap: no
-training run). Calibrates the forecast (and caches it) if it has to.
+training run; an oracle measurement, read from the owners' records, which the market never uses).
+Calibrates the forecast (and caches it) if it has to.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path | None = N
              f"terms         {terms}: {int(members.sum())} of {N} owners take part",
              f"predicted psi {psi:.4g}{_law_terms(forecast, eps, consortium.sizes, members)}",
              f"benefit       {int(np.sum(members & (psi < own)))} of {int(members.sum())} "
-             "participants are forecast to beat their own-data model",
+             "participants are forecast to beat their own-data model (oracle: own psi is measured on "
+             "the owners' records)",
              "",
              f"{'owner':>5}  {'name':<28} {'records':>9} {'epsilon':>9} {'own psi':>10}  forecast beats own"]
     for i in range(N):

@@ -35,7 +35,7 @@ from dpmarket.learning.objective import Objective
 from dpmarket.learning.stepsize import StepSize
 from dpmarket.privacy.cohort import build_owners, ideal_rates, member_view, query_shares
 from dpmarket.privacy.owners import DataOwner
-from dpmarket.replay.kernel import Replayed, replay
+from dpmarket.replay.kernel import Observer, Replayed, replay
 from dpmarket.runs.inline import Cast, Trained, step_curvature
 from dpmarket.scenario.schema import Scenario
 from dpmarket.schedule.events import EventLog
@@ -123,12 +123,14 @@ class Cell:
 
 def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
              members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
-             series: bool = True, keep: bool = False, size: int = CHUNK) -> Cell:
+             series: bool = True, keep: bool = False, size: int = CHUNK,
+             observer: Observer | None = None) -> Cell:
     """Every replication ``seeds`` of ``scenario`` on the owners' data ``consortium`` and
     ``objective``, with the participants ``members`` at ``epsilons`` (default: everyone at the
     scenario's budgets), as :func:`dpmarket.runs.inline.train` runs each. ``series`` false measures ψ
     only at the last update (what pilots and policy comparisons keep); ``keep`` keeps each whole
-    tape (for inspection); ``size``: updates per chunk of tape."""
+    tape (for inspection); ``size``: updates per chunk of tape; ``observer`` sees every answer applied
+    (an audit's adversary; told where each group of replications starts, ``observer.offset``)."""
     owners = build_owners(scenario, consortium, objective, members, epsilons)
     lr, m = scenario.learner, scenario.model
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
@@ -141,9 +143,11 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
     cell = Cell(owners, step, list(seeds), [], [], [], [] if keep else None)
     for group in _groups(view, len(owners), list(seeds)):
         chunks: list[list[Chunk]] = [[] for _ in group]
+        if observer is not None:
+            observer.offset = len(cell.facts)  # the group's first replication among ``seeds``
         with _engines_collected(view.network.mode != "ideal"):
             replayed, facts, measured = _run_group(view, owners, learner, group, points, at, size,
-                                                   chunks if keep else None, series)
+                                                   chunks if keep else None, series, observer)
         cell.facts.extend(facts)
         cell.metrics.extend(measured_psi(objective, replayed, measured))
         cell.replayed.append(replayed)
@@ -155,7 +159,8 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
 
 def _run_group(view: Scenario, owners: list[DataOwner], learner: AsyncLearner | SyncLearner,
                group: list[int], points: np.ndarray, at: np.ndarray, size: int,
-               chunks: list[list[Chunk]] | None, series: bool) -> tuple[Replayed, list[Facts], list[Metrics]]:
+               chunks: list[list[Chunk]] | None, series: bool,
+               observer: Observer | None = None) -> tuple[Replayed, list[Facts], list[Metrics]]:
     """The seeds ``group`` scheduled and replayed together: the replayed models, each seed's facts and
     the iterations and times to measure (each seed's chunks also appended to ``chunks``, if given).
     Nothing of the schedules outlives the call (see :func:`_engines_collected`)."""
@@ -163,7 +168,7 @@ def _run_group(view: Scenario, owners: list[DataOwner], learner: AsyncLearner | 
         _NetworkGroup(view, owners, group, points, size)
     tapes = [run.chunks(r) if chunks is None else _kept(run.chunks(r), chunks[r]) for r in range(len(group))]
     replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist(),
-                      expected=view.learner.iterations)
+                      expected=view.learner.iterations, observer=observer)
     facts = run.facts()
     return replayed, facts, run.measured(series, facts)
 

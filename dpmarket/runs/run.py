@@ -71,14 +71,18 @@ class RunResult:
     @cached_property
     def floor_predicted(self) -> float | None:
         """ψ_T the floor law predicts without noise for this run's N, T and ρ — an oracle
-        diagnostic like ψ (it reads f's Hessian and θ*); None for the hinge loss."""
+        diagnostic like ψ (it reads f's Hessian and θ*); None for the hinge loss. When the owners'
+        answer caps add up to fewer than T, the run cannot make more updates than that, and the
+        floor is the law's after those (as the market's forecast, dpmarket/markets/law.py)."""
         if self.step is None or self.objective.loss.name == "hinge" or not is_async(self):
             return None
         from dpmarket.data.proxy import floor_terms  # deferred: only written runs need it
 
         h, w = floor_terms(self.objective)
         lr = self.scenario.learner
-        return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, w)
+        allowed = sum(o.answers_allowed for o in self.owners)
+        updates = np.array(float(allowed)) if allowed < lr.iterations else None
+        return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, w, updates)
 
     @cached_property
     def clipped_share(self) -> float | None:

@@ -45,9 +45,7 @@ def check_consistency(s: Scenario, source: str) -> None:
                else f"data.table.label = {s.data.table.label!r}")
         fail("model.loss", s.model.loss, f"{why} needs {need}")
     p = s.privacy
-    if p.sensitivity == "clip" and p.clip is None:
-        fail("privacy.clip", _MISSING, "sensitivity = 'clip' needs the L1 bound privacy.clip")
-    if p.sensitivity == "bounds" and p.clip is not None:
+    if p.sensitivity == "bounds" and p.clip != "auto":  # "auto", the default, is no setting of its own
         fail("privacy.clip", p.clip, "only used with privacy.sensitivity = 'clip'")
     _check_delta(s, fail)
     _check_network(s, fail)
@@ -78,16 +76,14 @@ def _check_delta(s: Scenario, fail) -> None:
 
 
 def _check_auto(s: Scenario, fail) -> None:
-    """``"auto"`` needs something to derive from: a smooth loss and the asynchronous learner."""
+    """``"auto"`` is derived for Algorithm 1 (the hinge loss borrows the logistic loss's curvature,
+    :func:`dpmarket.data.proxy.step_scenario`)."""
     lr = s.learner
     if lr.rho != "auto":
         return
     if lr.algorithm != "async":
         fail("learner.rho", "auto", f"is derived for Algorithm 1 (async); learner.algorithm = "
              f"{lr.algorithm!r} needs a number")
-    if s.model.loss == "hinge":
-        fail("learner.rho", "auto", "the hinge loss has no curvature bound to derive a step from; "
-             "give a number")
 
 
 def is_classification(s: Scenario) -> bool:
@@ -180,6 +176,9 @@ def _check_dynamic(s: Scenario, fail) -> None:
     if m.mode == "static":
         for key, unused in DYNAMIC_KEYS.items():
             if getattr(m, key) != unused:
+                if "mode" in m.model_fields_set:  # static in so many words: a dynamic file switched back
+                    fail("market.mode", m.mode, f"market.{key} = {getattr(m, key)!r} is set, which only a "
+                         "market in time uses: remove it, or keep market.mode = 'dynamic'")
                 fail(f"market.{key}", getattr(m, key), "only used with market.mode = 'dynamic'")
         return
     if m.policy not in POSTED:
@@ -199,9 +198,32 @@ def _check_dynamic(s: Scenario, fail) -> None:
         _check_progress(s, fail)
 
 
+# The progress rule reprices every market.period; more repricings than this per exchange, even with
+# every owner taking part, and a run is all repricing (market.period = 1e-9 never ended).
+REPRICINGS_PER_EXCHANGE = 1000
+
+
+def fastest_exchanges(s: Scenario) -> float | None:
+    """An upper bound of the exchanges per unit of simulated time: the owners' clocks added up (every
+    exchange begins at a tick), and in broadcast mode at most one per slot and channel; None where the
+    owners are known only once a table is read."""
+    if s.data.source != "synthetic":
+        return None
+    ticks = sum(s.owner_value(i, "clock_rate") for i in range(s.data.owners))
+    if s.network.mode == "broadcast":
+        return min(ticks, s.network.channels / s.network.broadcast_interval)
+    return ticks
+
+
 def _check_progress(s: Scenario, fail) -> None:
-    """The adaptive rule weighs measured progress in money, on public data only."""
+    """The adaptive rule weighs measured progress in money, on public data only, and reprices at a
+    pace the network's exchanges can follow."""
     m = s.market
+    rate = fastest_exchanges(s)
+    if rate is not None and m.period * rate * REPRICINGS_PER_EXCHANGE < 1.0:
+        fail("market.period", m.period, f"reprices more than {REPRICINGS_PER_EXCHANGE:,} times per exchange "
+             f"even if every owner takes part (at most {rate:.4g} exchanges per unit of time): "
+             f"use at least {1.0 / (rate * REPRICINGS_PER_EXCHANGE):.3g}")
     if m.value == 0:
         fail("market.value", 0.0, "market.rule = 'progress' weighs the model's measured progress in "
              "money: set the learner's value of a perfect model (> 0)")
@@ -243,6 +265,12 @@ def _check_market(s: Scenario, fail) -> None:
         for i, o in enumerate(s.owners):
             if o.cost_coef is not None:
                 fail(f"owners.{i}.cost_coef", o.cost_coef, "only used with a [market] section")
+    if m is None or m.model_value == 0:
+        for i, o in enumerate(s.owners):
+            if o.own_psi is not None:
+                fail(f"owners.{i}.own_psi", o.own_psi, "only used when owners value the model "
+                     "(market.model_value > 0)")
+    if m is None:
         return
     _check_market_budgets(s, fail)
     if m.epsilon_min >= m.epsilon_max:

@@ -17,6 +17,8 @@ from dpmarket.scenario.checks import check_consistency
 from dpmarket.scenario.messages import first_problem, short
 from dpmarket.scenario.overrides import apply_override, parse_override
 from dpmarket.scenario.schema import Scenario
+from dpmarket.scenario.sizes import refuse_impossible_sizes
+from dpmarket.system import files
 
 
 def validate(table: dict, source: str) -> Scenario:
@@ -27,6 +29,7 @@ def validate(table: dict, source: str) -> Scenario:
         key, value, reason = first_problem(exc.errors())
         raise ScenarioError(source, key, short(value), reason) from None
     check_consistency(scenario, source)
+    refuse_impossible_sizes(scenario, source)
     scenario._source = source
     return scenario
 
@@ -101,3 +104,18 @@ def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> No
         raise ScenarioError(source, "data.path", value,
                             "no such file; point to the records with --set data.path=FILE")
     data["path"] = str(resolved)
+
+
+def file_digests(scenario: Scenario, keys: tuple[str, ...] = ("data.path", "network.availability")
+                 ) -> dict[str, str]:
+    """The content digest of each file ``scenario`` names under ``keys`` (a table, an availability
+    trace), for the caches of what is built from them: a file rewritten at the same path then makes
+    another key, so its old ρ, Ξ, data or forecast are never reused. Keys naming no file are left out
+    (a scenario without files keys its caches as before)."""
+    digests = {}
+    for key in keys:
+        section, name = key.split(".")
+        path = getattr(getattr(scenario, section), name)
+        if path is not None:
+            digests[key] = files.digest(path) or "unreadable"
+    return digests

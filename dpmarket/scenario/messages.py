@@ -6,6 +6,7 @@ alternative; :func:`first_problem` picks the one where the user went wrong.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dpmarket.errors import _MISSING
@@ -59,12 +60,27 @@ def _union_kind(loc: tuple) -> str:
 
 
 def _reason(err: dict) -> str:
+    """Pydantic's message in the project's words; an unknown key or word gets the closest known ones."""
+    from dpmarket.scenario.keys import known_at, suggestion  # deferred: keys walks the whole schema
+
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        return "unknown key"
+        return "unknown key" + suggestion(err["loc"][-1], known_at(_clean_loc(err["loc"])[:-1]))
     if err["type"] == "missing":
         return "required key is missing"
+    if err["type"] in ("literal_error", "union_tag_invalid"):
+        words = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected") or
+                                             (err.get("ctx") or {}).get("expected_tags") or ""))
+        word = err.get("input") if err["type"] == "literal_error" else (err.get("ctx") or {}).get("tag")
+        if err["type"] == "union_tag_invalid":
+            msg = f"distribution should be {_listed(words)}"
+        return (msg[0].lower() + msg[1:]) + suggestion(word, words) if isinstance(word, str) else msg
     return msg[0].lower() + msg[1:] if msg else msg
+
+
+def _listed(words: list[str]) -> str:
+    quoted = [repr(w) for w in words]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " or " + quoted[-1]
 
 
 def short(value: Any) -> Any:

@@ -1,4 +1,4 @@
-"""What every stage leans on, and none of the mathematics: files, signals and progress.
+"""What every stage leans on, and none of the mathematics: files, signals, progress and memory.
 
 Modules:
 
@@ -7,4 +7,6 @@ Modules:
 - :mod:`~dpmarket.system.processes`: Ctrl-C and SIGTERM end a command the same way; helper
   processes never outlive their parent
 - :mod:`~dpmarket.system.progress`: long phases shown on a terminal, kept out of the maths
+- :mod:`~dpmarket.system.memory`: sizes that cannot fit, refused before any work with the size
+  they would need
 """

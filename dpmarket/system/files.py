@@ -46,6 +46,37 @@ def umask() -> int:
     return mask
 
 
+def digest(path: str | Path) -> str | None:
+    """SHA-256 of the file's content (None if it cannot be read: its reader reports that).
+
+    What caches of data built from a file are keyed on, so that a file rewritten at the same path is
+    never taken for the one they were built from. Hashed once per version of the file: the digest is
+    remembered against the file's identity and change times (device, inode, size, mtime and ctime in
+    ns), which every write or replacement changes.
+    """
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    version = (os.fspath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    known = _DIGESTS.get(version)
+    if known is None:
+        sha = hashlib.sha256()
+        try:
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    sha.update(block)
+        except OSError:
+            return None
+        known = _DIGESTS[version] = sha.hexdigest()
+        while len(_DIGESTS) > 64:
+            _DIGESTS.pop(next(iter(_DIGESTS)))
+    return known
+
+
+_DIGESTS: dict[tuple, str] = {}
+
+
 def as_if_created(path: str | Path, directory: bool = False) -> None:
     """Give ``path`` the mode ``mkdir``/``open`` would have given it under the umask."""
     os.chmod(path, (0o777 if directory else 0o666) & ~umask())

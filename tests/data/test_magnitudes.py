@@ -94,7 +94,8 @@ def _table(path: Path, model: dict | None = None, **table) -> object:
     return validate({"name": "t", "data": {"source": "table", "path": str(path),
                                            "table": {"target": "y", "numeric": ["a", "b", "c"],
                                                      "blocks": 2, "holdout": 40, **table}},
-                     "model": model or {}, "learner": {"iterations": 20, "rho": 1.0},
+                     "model": model or {}, "privacy": {"preset": "paper"},
+                     "learner": {"iterations": 20, "rho": 1.0},
                      "output": {"plots": False}}, "t.toml")
 
 
@@ -152,12 +153,12 @@ def test_an_owner_never_lets_a_non_finite_answer_out():
     block = np.array([[1.0, np.nan], [1.0, 1.0], [0.5, -0.5]])
     data = OwnerData.from_block(block, False, keep_records=True)
     owner = DataOwner(0, "o", data, make_loss("squared"), guarantee=Guarantee("laplace", "basic", 1.0),
-                      answers=5, xi=1.0, noise_rng=np.random.default_rng(0))
+                      answers=5, xi=1.0, noise_rng=np.random.default_rng(0), theta_max=1.0)
     with pytest.raises(FloatingPointError, match="owner 0 computed a non-finite answer"):
         owner.respond(np.array([0.5]))
     fine = DataOwner(0, "o", OwnerData.from_block(np.nan_to_num(block), False, True), make_loss("squared"),
                      guarantee=Guarantee("laplace", "basic", 1.0), answers=5, xi=1.0,
-                     noise_rng=np.random.default_rng(0))
+                     noise_rng=np.random.default_rng(0), theta_max=1.0)
     assert np.isfinite(fine.respond(np.array([0.5]))).all()
 
 

@@ -67,11 +67,13 @@ def market_scenario(directory: Path, table: str, market: str) -> Path:
 
 
 def scenario(path: Path, model: dict | None = None, data: dict | None = None, **table):
-    """A small table scenario over ``path``; keyword arguments go to [data.table]."""
+    """A small table scenario over ``path``; keyword arguments go to [data.table]. The papers'
+    privacy set-up (Ξ from the declared bounds), whose guarantee the clipping tests check."""
     spec = {"target": "y", "numeric": ["a", "b"], "partition": "site", "holdout": HOLDOUT, **table}
     return validate({"name": "t", "seed": 1,
                      "data": {"source": "table", "path": str(path), "table": spec, **(data or {})},
-                     "model": model or {}, "learner": {"iterations": 40, "rho": 1.0},
+                     "model": model or {}, "privacy": {"preset": "paper"},
+                     "learner": {"iterations": 40, "rho": 1.0},
                      "output": {"metric_points": 5, "plots": False}}, "test")
 
 

@@ -9,11 +9,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, ks_accepts, saved_replications, tiny, wait_for
+from helpers import ROOT, frozen, ks_accepts, saved_replications, tiny, wait_for
 from scipy import stats
 
 from dpmarket import rng
@@ -278,32 +279,38 @@ SLOW = tiny(name="slowish", seed=9, learner={"iterations": 1500}, network={"mode
             output={"metric_points": 5, "plots": False})
 
 
-EPSILONS = "1,2,5,10,20,50,100,200"
+CELLS = 32
+EPSILONS = ",".join(str(2 ** (k / 4)) for k in range(CELLS))  # 1 … 215
 
 
 def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tmp_path):
+    """Independent of the machine's speed: 32 cells of 4 replications are 32 tasks (replayed, a task
+    is a whole cell), and the sweep's process tree is frozen while the test sees the first saved task
+    and sends Ctrl-C, so the interrupt lands with tasks still to do (under load the sweep could finish
+    between the test's look and its signal; the waits are patience only)."""
     path = tmp_path / "slow.toml"
     path.write_text(SLOW.to_toml())
-    # eight cells of 16: replayed, a task is a whole cell, so the interrupt finds tasks still queued
     args = [sys.executable, "-m", "dpmarket", "sweep", str(path), "--grid", f"privacy.epsilon={EPSILONS}",
-            "--replications", "16", "--executor", "process", "--workers", "2", "--quiet"]
+            "--replications", "4", "--executor", "process", "--workers", "2", "--quiet"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = tmp_path / "out"
     proc = subprocess.Popen([*args, "--out", str(out)], stderr=subprocess.PIPE, text=True, env=env)
-    wait_for(lambda: list((out / "tasks").glob("c*.json")))
-    proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=600)
+    with frozen(proc.pid):
+        assert 0 < len(list((out / "tasks").glob("c*.json"))) < CELLS  # work remains
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=600)
     assert proc.returncode == 130, err
     assert err.strip().splitlines() == [f"dpmarket: interrupted; finished replications are saved in "
                                         f"{out}: re-run the same command to resume"]
     saved = list((out / "tasks").glob("*.json"))
-    assert 0 < len(saved) < 128 and not list(out.rglob(".*.tmp")) and not (out / "sweep.csv").exists()
+    assert 0 < len(saved) < CELLS and not list(out.rglob(".*.tmp")) and not (out / "sweep.csv").exists()
     for f in saved:
         json.loads(f.read_text())
     done = subprocess.run([*args, "--out", str(out)], capture_output=True, text=True, env=env,
-                          timeout=120)
+                          timeout=600)
     assert done.returncode == 0, done.stderr
-    clean = make_plan("sweep", SLOW, [f"privacy.epsilon={EPSILONS}"], 16, "t")
+    clean = make_plan("sweep", SLOW, [f"privacy.epsilon={EPSILONS}"], 4, "t")
     run_sweep(clean, tmp_path / "clean", Execution("process", 2))
     assert files(out) == files(tmp_path / "clean")
     assert json.loads((out / "sweep.json").read_text())["reused_replications"] >= len(saved)
@@ -435,7 +442,9 @@ def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
 
 def test_ctrl_c_during_a_save_is_held_until_the_file_is_in_place(tmp_path):
     def write(temp: Path) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # arrives between creating and moving the file
+        # arrives between creating and moving the file: sent to this very thread (the main one), so
+        # it is handled at once, not whenever another thread the kernel picked lets the main one know
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)
         temp.write_text("whole")
 
     with pytest.raises(KeyboardInterrupt):

@@ -320,7 +320,8 @@ def _answer(X, Y, theta_max, lam, loss, Z, y, theta, clip, epsilon=1.0):
     block = np.vstack([Z.T, np.ones(n), y])
     data = OwnerData.from_block(block, False, keep_records=True)
     owner = DataOwner(0, "o", data, make_loss(loss), guarantee=Guarantee("laplace", "basic", epsilon),
-                      answers=1, xi=xi, noise_rng=np.random.default_rng(0), clip=clip)
+                      answers=1, xi=xi, noise_rng=np.random.default_rng(0), theta_max=theta_max,
+                      clip=clip)
     return owner.respond(theta)
 
 

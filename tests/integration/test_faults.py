@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, tiny_toml, wait_for
+from helpers import ROOT, frozen, tiny_toml, wait_for
 
 from dpmarket.cli import main
 from dpmarket.errors import RunDirectoryError
@@ -27,19 +27,32 @@ from dpmarket.system import files
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 TINY = tiny_toml()
-# 300 short tasks (a replayed task is a whole cell of 32 replications, about 0.1 s): far from done
-# when it is stopped, whatever the load, and it stops soon after (running tasks finish first).
-# Two cells of 64 were two tasks, done about when the first file appeared: a signal sent then
-# could find the sweep finished.
-MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, 301)), "--replications", "32",
+# 300 tasks (a replayed task is a whole cell of 32 replications): far from done when it is stopped,
+# and it stops soon after (running tasks finish first). Two cells of 64 were two tasks, done about
+# when the first file appeared; under heavy load even 300 tasks of TINY could end before a second
+# process looked: the signal tests freeze the sweep while they look and signal, on HEAVY's tasks.
+CELLS = 300
+MANY = ("--grid", "privacy.epsilon=" + ",".join(str(e) for e in range(1, CELLS + 1)), "--replications", "32",
         "--quiet")
+PATIENCE = 600  # seconds a signal test waits for what it waits for: patience under load, never a pace
 LINUX = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, uses fork")
 INTERRUPTED = "dpmarket: interrupted; nothing was written"
+
+
+# MANY's tasks on HEAVY: a third of a second each (a whole cell of 32 replications of 1,000 updates,
+# replayed), so 300 of them are far from done at the first saved one, whatever the load.
+HEAVY = tiny_toml(learner={"iterations": 1000})
 
 
 def slow(plots: bool = False) -> str:
     """TINY with 3000 records an owner and 200000 iterations: still running when it is stopped."""
     return tiny_toml(data={"records": 3000}, learner={"iterations": 200000}, output={"plots": plots})
+
+
+def endless(plots: bool = False) -> str:
+    """TINY with 10⁹ iterations (memory bounded whatever T): a run that cannot end before any signal,
+    however fast the machine."""
+    return tiny_toml(data={"records": 3000}, learner={"iterations": 10**9}, output={"plots": plots})
 
 
 def write(tmp_path: Path, text: str = TINY, name: str = "s.toml") -> Path:
@@ -55,7 +68,7 @@ def start(*args: str, **options) -> subprocess.Popen:
 
 def cli(*args: str, **options) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "dpmarket", *map(str, args)], env=ENV,
-                          capture_output=True, text=True, timeout=120, **options)
+                          capture_output=True, text=True, timeout=PATIENCE, **options)
 
 
 def hidden(directory: Path) -> list[str]:
@@ -245,15 +258,19 @@ def test_helper_processes_die_with_a_killed_parent(tmp_path, command):
 @pytest.mark.parametrize("sig,status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, sig, status):
     """Sent to the whole process group, as a terminal (Ctrl-C) or a batch system does: the figure
-    painter prints no traceback of its own; no staging directory, lock or run directory stays."""
-    path = write(tmp_path, slow(plots=True))
+    painter prints no traceback of its own; no staging directory, lock or run directory stays. The
+    run cannot end before the signal (10⁹ iterations), and the signal is sent with its process tree
+    frozen, once the painter is seen (under load a 200,000-update run could end first)."""
+    path = write(tmp_path, endless(plots=True))
     proc = start("run", path, "--out", tmp_path / "run", "--quiet", start_new_session=True)
     # Training has begun once events.csv is being written. (Earlier, a Ctrl-C landing while numpy
     # first imports numpy.random is lost inside that import: numpy's, not ours to fix.)
-    wait_for(lambda: any((p / "events.csv").exists() for p in staging_of(tmp_path, "run")))
-    assert children(proc.pid)  # the figure painter
-    os.killpg(proc.pid, sig)
-    _, err = proc.communicate(timeout=60)
+    wait_for(lambda: any((p / "events.csv").exists() for p in staging_of(tmp_path, "run")), timeout=PATIENCE)
+    wait_for(lambda: children(proc.pid), timeout=PATIENCE)  # the figure painter
+    with frozen(proc.pid):
+        assert children(proc.pid)
+        os.killpg(proc.pid, sig)
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == status, err
     assert one_line(err) == INTERRUPTED
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.toml"]
@@ -262,10 +279,13 @@ def test_ctrl_c_and_sigterm_on_a_run_say_one_line_and_leave_nothing(tmp_path, si
 @LINUX
 def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
     out = tmp_path / "out"
-    proc = start("sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "2", "--out", out)
-    wait_for(lambda: list((out / "tasks").glob("c*.json")))
-    proc.terminate()
-    _, err = proc.communicate(timeout=60)
+    proc = start("sweep", write(tmp_path, HEAVY), *MANY, "--executor", "process", "--workers", "2", "--out",
+                 out)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
+    with frozen(proc.pid):  # the sweep cannot move on between the look and the signal
+        assert len(list((out / "tasks").glob("c*.json"))) < CELLS  # work remains
+        proc.terminate()
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 143
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
                              f"re-run the same command to resume")
@@ -278,11 +298,13 @@ def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
 def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
     pytest.importorskip("distributed")
     out = tmp_path / "out"
-    proc = start("sweep", write(tmp_path), *MANY, "--executor", "dask", "--workers", "2", "--out", out,
+    proc = start("sweep", write(tmp_path, HEAVY), *MANY, "--executor", "dask", "--workers", "2", "--out", out,
                  start_new_session=True)
-    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=90)
-    os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches Dask's workers too
-    _, err = proc.communicate(timeout=90)
+    wait_for(lambda: list((out / "tasks").glob("c*.json")), timeout=PATIENCE)
+    with frozen(proc.pid):
+        assert len(list((out / "tasks").glob("c*.json"))) < CELLS  # work remains
+        os.killpg(proc.pid, signal.SIGINT)  # the terminal's Ctrl-C reaches Dask's workers too
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 130
     assert one_line(err) == (f"dpmarket: interrupted; finished replications are saved in {out}: "
                              f"re-run the same command to resume")
@@ -290,17 +312,20 @@ def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
 
 @LINUX
 def test_a_second_writer_into_the_same_directory_is_refused_with_one_line(tmp_path):
+    """The first writer is frozen (SIGSTOP) while the second tries: it holds the directory's lock
+    whatever the second's start-up costs (under load the first could finish before the second looked)."""
     out = tmp_path / "out"
-    args = ["sweep", write(tmp_path), *MANY, "--executor", "process", "--workers", "1", "--out", out]
+    args = ["sweep", write(tmp_path, HEAVY), *MANY, "--executor", "process", "--workers", "1", "--out", out]
     first = start(*args)
-    wait_for(lambda: (out / "tasks").is_dir())
-    second = cli(*args)
+    wait_for(lambda: (out / "tasks").is_dir(), timeout=PATIENCE)
+    with frozen(first.pid):
+        second = cli(*args)
+        first.send_signal(signal.SIGINT)  # handled once the first goes on
     assert second.returncode == 2
     assert one_line(second.stderr) == (f"dpmarket: error: {out}: another dpmarket process (pid "
                                        f"{first.pid}) is writing there; wait for it to finish or "
                                        f"choose another --out")
-    first.send_signal(signal.SIGINT)
-    first.communicate(timeout=60)
+    first.communicate(timeout=PATIENCE)
     assert first.returncode == 130  # the second left the first's files alone
     assert not list(out.rglob(".*")) and not hidden(tmp_path)
 

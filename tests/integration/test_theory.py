@@ -34,7 +34,8 @@ def _table(epsilon: float, records: int) -> dict:
     return {
         "name": "slope", "data": {"kind": "interest_rate", "owners": 3, "records": int(records),
                                   "features": 4, "seed": 1},
-        "privacy": {"epsilon": epsilon}, "learner": {"iterations": 1000, "rho": 3.0},
+        "privacy": {"epsilon": epsilon, "preset": "paper"},  # Theorem 1's noise: linear in 1/(εn)
+        "learner": {"iterations": 1000, "rho": 3.0},
     }
 
 

@@ -82,8 +82,12 @@ def test_the_printed_summary_warns_when_training_does_not_beat_theta_zero(tmp_pa
     assert info["psi_final"] >= info["psi_zero"]  # the premise: noise dominates at ε = 0.01
     lines = printed.splitlines()
     warnings = [line for line in lines if line.startswith(WARNING)]
-    assert warnings == [f"{WARNING} (psi {info['psi_final']:.4g} ≥ {info['psi_zero']:.4g}): "
-                        "raise privacy.epsilon or revisit learner.rho"]
+    # the lever names what this scenario (the papers' privacy set-up) should change first
+    assert warnings == [f"{WARNING} (psi {info['psi_final']:.4g} ≥ {info['psi_zero']:.4g}): set "
+                        "privacy.split = 'capped' (every owner now budgets T answers), set "
+                        "privacy.sensitivity = 'clip' (Ξ now comes from the declared bounds), raise "
+                        "privacy.epsilon or revisit learner.rho [weak_model, oracle figure]"]
+    assert [d["code"] for d in info["diagnostics"]][0] == "weak_model"
     psi_line = next(line for line in lines if line.startswith("psi final"))
     assert f"(untrained θ = 0: {info['psi_zero']:.4g}; median own-data ψ" in psi_line
     assert not any("step x curvature" in line for line in lines)  # only ε differs from GOOD
@@ -125,7 +129,9 @@ def test_report_leads_with_the_yardstick(tmp_path, capsys, sections, warned):
     headline = (f"<p>ψ final {info['psi_final']:.4g} against {info['psi_zero']:.4g} for the untrained "
                 f"model θ = 0; {info['owners_benefiting']} of 3 owners benefit.</p>")
     assert headline in page and page.index(headline) < page.index("<h2>Summary</h2>")
-    assert ("<p>Warning: the trained model is no better than the untrained θ = 0" in page) is warned
+    warning = "<td class=\"text\">the trained model is no better than the untrained θ = 0"
+    assert (warning in page) is warned
+    assert not warned or page.index("Diagnostics: read these before the figures") < page.index(headline)
 
 
 # ------------------------------------------------------------------------------ experiments

@@ -20,9 +20,11 @@ from dpmarket.scenario.loading import validate
 
 
 def whitened(owners: int, iterations: int, rho, seed: int = 1, **sections) -> object:
-    """A scenario on the defaults (whitened data, no intercept), without noise unless told."""
+    """A scenario on the default data (whitened, no intercept), without noise unless told, with the
+    papers' privacy set-up (Ξ from the declared bounds: no clipping bias in the floor law's way)."""
     table = {"name": "w", "seed": seed, "data": {"owners": owners, "records": 2000, "features": 4, "seed": 7},
-             "privacy": {"epsilon": 1e12}, "learner": {"iterations": iterations, "rho": rho},
+             "privacy": {"epsilon": 1e12, "preset": "paper"},
+             "learner": {"iterations": iterations, "rho": rho},
              "output": {"metric_points": 5, "plots": False}}
     for key, value in sections.items():
         table[key] = {**table.get(key, {}), **value}
@@ -136,7 +138,7 @@ def test_capped_split_sizes_each_cap_by_its_clock_rate():
     """Owner 0 ticks four times faster: its cap is the quantile of Binomial(T, 4/7), and it refuses
     almost nothing; caps from Binomial(T, 1/N) (the old bug, a deliberately wrong input) would make
     it refuse most of its queries."""
-    s = tiny(privacy={"split": "capped", "epsilon": 5.0}, learner={"iterations": 600},
+    s = tiny(privacy={"split": "capped", "cap_quantile": 0.999, "epsilon": 5.0}, learner={"iterations": 600},
              owners=[{"clock_rate": 4.0}])
     result = execute(s)
     caps = [o.answers_allowed for o in result.owners]
@@ -184,9 +186,23 @@ def test_clip_auto_is_a_quantile_of_the_twins_gradient_norms_and_bounds_every_an
 
 # --- bad input ---------------------------------------------------------------------------------
 
+def test_auto_rho_for_the_hinge_borrows_the_logistic_losss_curvature():
+    """The hinge loss has no curvature: "auto" takes the step the logistic loss's curvature gives on
+    the same public twin (the same ρ bit for bit), and says so; a hinge scenario that names only its
+    data, loss and ε validates."""
+    hinge = {"model": {"loss": "hinge"}, "data": {"kind": "card_fraud"}, "privacy": {"preset": "paper"}}
+    s = whitened(3, 200, "auto", **hinge)
+    logistic = s.model_copy(update={"model": s.model.model_copy(update={"loss": "logistic"})})
+    consortium = build_consortium(s)
+    step = resolve_step(s, consortium, consortium.sizes)
+    assert step.rho == resolve_step(logistic, consortium, consortium.sizes).rho
+    assert "the logistic loss's curvature standing in for the hinge's" in step.source
+    validate({"name": "svm", "data": {"kind": "card_fraud"}, "model": {"loss": "hinge"}}, "svm.toml")
+
+
 @pytest.mark.parametrize("sections, key", [
-    ({"model": {"loss": "hinge"}, "data": {"kind": "card_fraud"}}, "learner.rho"),
     ({"learner": {"algorithm": "sync"}}, "learner.rho"),
+    ({"learner": {"algorithm": "sync_averaged"}}, "learner.rho"),
     ({"privacy": {"sensitivity": "clip", "clip": 0.0}}, "privacy.clip"),
     ({"privacy": {"sensitivity": "clip", "clip": "sometimes"}}, "privacy.clip"),
     ({"learner": {"auto_stability": 1.5}}, "learner.auto_stability"),

@@ -4,19 +4,22 @@ bad inputs."""
 from __future__ import annotations
 
 import csv
+import itertools
 from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import tiny
+from helpers import answers_outside_membership, tiny
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpmarket.cli import main
 from dpmarket.errors import MarketError
 from dpmarket.markets.costs import Cost
+from dpmarket.markets.dynamic import DynamicMarket
 from dpmarket.output.summary import owner_rows
 from dpmarket.output.timeseries import market_series
+from dpmarket.runs.dynamic import NOT_A_MEMBER
 from dpmarket.runs.replications import batched, replayable
 from dpmarket.runs.run import execute
 
@@ -42,10 +45,14 @@ def scenario(network=None, owners=None, privacy=None, seed=3, iterations=60, **m
 
 
 def run(s, path: Path):
-    """Run ``s``, events to ``path``; the result and the rows of events.csv."""
+    """Run ``s``, events to ``path``; the result and the rows of events.csv. Every answer of a market
+    in time is checked to come from an owner taking part at that instant."""
     result = execute(s, path)
     with open(path, newline="") as f:
-        return result, list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    if s.market is not None and s.market.mode == "dynamic":
+        assert answers_outside_membership(rows) == []
+    return result, rows
 
 
 def schedule(rows):
@@ -203,6 +210,88 @@ def test_the_check_finds_an_owner_paid_too_little(tmp_path):
     assert violations(rows, overspent)
 
 
+# --- only members answer ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("network, payment", [
+    (REQUEST, "on_compute"), (REQUEST, "on_delivery"),
+    ({"mode": "broadcast", "transmission_time": 0.01, "latency": 0.005, "broadcast_interval": 0.2},
+     "on_compute"),
+])
+def test_every_answer_comes_from_an_owner_taking_part_at_that_instant(tmp_path, network, payment):
+    """Issue 24: a query arrives a round trip after its owner asked (or at the next broadcast slot);
+    a repricing in between could make the owner leave, and it answered anyway (paid and charged
+    outside the market: 5 or 6 answers in each of these runs). Progress runs repricing every time
+    unit, hundreds of leaves: every answer is a member's (run() checks each), and an owner that left
+    before its query came declines it (a refusal row)."""
+    owners = [{"cost_coef": c} for c in (0.1, 0.2, 0.3, 0.4, 0.1)]
+    s = scenario(network, owners, mode="dynamic", rule="progress", period=1.0, iterations=1500,
+                 payment=payment, privacy={"split": "capped"})
+    _, rows = run(s, tmp_path / "e.csv")
+    assert sum(r["kind"] == "leave" for r in rows) > 100 and sum(r["kind"] == "response" for r in rows) > 1000
+    declined = [r for r in rows if r["detail"] == NOT_A_MEMBER]
+    assert declined and all(r["kind"] == "refusal" for r in declined)
+    # the check itself: a response moved after its owner's leave is found
+    leave = next(i for i, r in enumerate(rows) if r["kind"] == "leave")
+    who = rows[leave]["owner"]
+    moved = rows[:leave + 1] + [{**rows[leave], "kind": "response"}] + rows[leave + 1:]
+    assert answers_outside_membership(moved) == [f"owner {who} answered at t = {rows[leave]['time']} "
+                                                 "outside the market"]
+
+
+# --- a market in time that stalls ------------------------------------------------------------------
+
+def test_a_market_whose_owners_all_went_offline_stops_after_its_stall_rule(tmp_path):
+    """Every owner offline from t = 5 until 10⁹, no horizon: the engine sleeps, but the progress rule
+    repriced every period for ever. It stops after STALL_REPRICINGS repricings without an update."""
+    from dpmarket.markets.dynamic import STALL_REPRICINGS
+
+    network = {**REQUEST, "outages": [{"start": 5.0, "end": 1e9}]}
+    s = scenario(network, WILLING, mode="dynamic", rule="progress", period=1.0, iterations=10**6)
+    result, rows = run(s, tmp_path / "e.csv")
+    assert result.stop_reason == f"stalled: {STALL_REPRICINGS:,} repricings without an update"
+    last_update = max(float(r["time"]) for r in rows if r["kind"] == "update")
+    prices = [float(r["time"]) for r in rows if r["kind"] == "price"]
+    assert last_update < 6.0 and len(prices) <= STALL_REPRICINGS + 10
+    assert max(prices) == pytest.approx(STALL_REPRICINGS + int(last_update), abs=2.0)
+
+
+def test_the_progress_rule_measures_the_model_only_when_it_changed(tmp_path, monkeypatch):
+    """The same model has the same ψ: a period without an update reuses the last measurement (the
+    events are those of measuring every period: the same bytes)."""
+    from dpmarket.runs import dynamic as dynamic_run
+
+    calls = []
+    real = dynamic_run.public_quality
+
+    def counted(*args):
+        quality = real(*args)
+        return lambda theta: calls.append(1) or quality(theta)
+
+    s = scenario(REQUEST, WILLING, mode="dynamic", rule="progress", period=0.01, iterations=100, value=1.0)
+    with monkeypatch.context() as always:  # the reference measures at every period
+        start, ticks = DynamicMarket.start, itertools.count()
+        always.setattr(DynamicMarket, "start", lambda self, *a: start(self, *a[:4], lambda: next(ticks)))
+        execute(s, tmp_path / "always.csv")
+    monkeypatch.setattr(dynamic_run, "public_quality", counted)
+    _, rows = run(s, tmp_path / "e.csv")
+    repricings = sum(r["kind"] == "price" for r in rows) - 1
+    assert len(calls) <= 1 + 100 < repricings  # the opening, then at most once per update
+    assert (tmp_path / "e.csv").read_bytes() == (tmp_path / "always.csv").read_bytes()
+
+
+def test_a_period_no_network_can_follow_is_refused(tmp_path, capsys):
+    """market.period = 1e-9 never ended: a billion repricings per exchange."""
+    path = tmp_path / "s.toml"
+    path.write_text(scenario().to_toml())
+    args = ["run", str(path), "--out", str(tmp_path / "out"), "--set", "market.mode='dynamic'", "--set",
+            "market.rule='progress'", "--set", "market.period=1e-9"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "market.period = 1e-09: reprices more than 1,000 times per exchange" in err
+    assert not (tmp_path / "out").exists()
+
+
 # --- determinism, arrivals, the adaptive rule ------------------------------------------------------
 
 def test_market_events_are_deterministic_per_seed(tmp_path):
@@ -241,6 +330,8 @@ def test_market_series_reads_price_participants_and_spend(tmp_path):
     path = tmp_path / "s.toml"
     path.write_text(s.to_toml())
     assert main(["run", str(path), "--out", str(out), "--quiet"]) == 0
+    with open(out / "events.csv", newline="") as f:
+        assert answers_outside_membership(csv.DictReader(f)) == []
     series = market_series(out)
     summary_paid = sum(r["payment"] for r in csv_rows(out / "owners.csv", float))
     assert series.spend[-1] == pytest.approx(summary_paid, rel=1e-12)
@@ -287,6 +378,20 @@ def test_bad_dynamic_settings_are_one_line_exit_2_nothing_written(tmp_path, caps
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{key} = " in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_switching_a_dynamic_scenario_back_to_static_names_market_mode(tmp_path, capsys):
+    """The file's pool and arrival rate are the market in time's; the key the user just changed is
+    market.mode, and the message names it (it named market.arrival_rate, which the user never touched)."""
+    path = tmp_path / "s.toml"
+    path.write_text(scenario(REQUEST, WILLING + [{}], mode="dynamic", pool=1, arrival_rate=0.5).to_toml())
+    out = tmp_path / "out"
+    assert main(["run", str(path), "--out", str(out), "--set", "market.mode='static'"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert (": market.mode = 'static': market.arrival_rate = 0.5 is set, which only a market in time uses: "
+            "remove it, or keep market.mode = 'dynamic'") in err
+    assert not out.exists()
 
 
 def test_an_adaptive_rule_without_public_data_is_refused(tmp_path, capsys, monkeypatch):

@@ -7,7 +7,7 @@ import pytest
 from scipy import optimize
 
 from dpmarket.markets.costs import Cost
-from dpmarket.markets.forecast import Forecast, calibrate
+from dpmarket.markets.forecast import Forecast, calibrate, quasi_nnls, saturated
 
 
 @pytest.mark.parametrize("kind", ["linear", "quadratic", "exponential"])
@@ -109,3 +109,17 @@ def test_the_box_saturates_the_noise_term_and_the_fit_sees_through_it():
     assert quasi_nnls(columns, psi, box) == pytest.approx([2.0, 0.7], rel=1e-6)
     linear = quasi_nnls(columns, psi)  # a fit that ignores the box cannot find them
     assert abs(linear[1] - 0.7) > 0.1
+
+
+def test_pilots_above_the_box_give_a_finite_fit_at_saturation():
+    """Pilots whose ψ exceeds what the saturated noise term can reach (ψ_k > box) took c₂ to infinity
+    (1e168 after ten steps, then NaN: a market's pilots ended in 'array must not contain infs or
+    NaNs'); c₂ stops where every pilot's term is saturated to 10⁻⁶, the forecast the same."""
+    free = np.array([0.00066039, 0.00066039, 0.0020261, 0.0020261])
+    noise = np.array([2786.45, 27.8645, 2012.85, 20.1285])
+    psi, box = np.array([2.248, 5.789, 6.746, 7.327]), 2.8693620305662866
+    c0, c2 = quasi_nnls(np.column_stack([free, noise]), psi, box, np.array([1.0, 0.0]))
+    assert np.isfinite(c0) and np.isfinite(c2)
+    assert np.all(c2 * noise >= 1e6 * box * (1 - 1e-12))  # saturated everywhere
+    mu = c0 * free + saturated(c2 * noise, box)
+    assert np.allclose(mu, c0 * free + box, rtol=1e-5)

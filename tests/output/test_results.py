@@ -54,3 +54,60 @@ def test_market_table_names_both_surpluses_and_leaves_sd_blank_for_one_run(tmp_p
     cells = line.split()
     surpluses = (row["learner_surplus"], row["learner_surplus_simulated"])
     assert cells[-2:] == [f"{float(v):.4g}" for v in surpluses]
+
+
+# --- oracle measurements: labelled in every file, and none written with --no-oracle (issue 28, F2) -----
+
+def test_every_oracle_figure_is_named_and_none_is_written_without_oracle(tmp_path, capsys):
+    """An oracle run's summary.json names, file by file, every figure computed from the private records
+    without noise, each of which is there, and report.html says so; the same run with --no-oracle writes
+    none of them: no listed key or column, no psi.png, and not one of the oracle run's ψ values, θ* or
+    own-data ψ anywhere in its files (the oracle run's own files, a wrong input, hold them all)."""
+    import json
+
+    from helpers import MARKET, small_toml
+
+    path = tmp_path / "m.toml"
+    path.write_text(small_toml(name="m", seed=4, learner={"iterations": 60}, market=MARKET,
+                               output={"plots": True, "metric_points": 10}), encoding="utf-8")
+    with_oracle, without = tmp_path / "yes", tmp_path / "no"
+    assert main(["run", str(path), "--out", str(with_oracle), "--quiet"]) == 0
+    assert main(["run", str(path), "--out", str(without), "--quiet", "--no-oracle"]) == 0
+    out = capsys.readouterr().out
+    assert "psi           not written (--no-oracle" in out and "oracle measurements)" in out
+    full, public = (json.loads((d / "summary.json").read_text()) for d in (with_oracle, without))
+    listed = full["oracle"]
+    assert listed["written"] and not public["oracle"]["written"]
+    assert {"psi_final", "theta_star", "own_psi_median", "owners_benefiting", "psi_simulated"} <= set(
+        listed["summary.json"])
+    assert all(k in full for k in listed["summary.json"])
+    assert not any(k in public for k in listed["summary.json"])
+    rows = {d: list(csv.DictReader((d / "owners.csv").open())) for d in (with_oracle, without)}
+    assert {"own_psi", "benefits"} <= set(rows[with_oracle][0])
+    assert not {"own_psi", "benefits"} & set(rows[without][0])
+    assert (without / "metrics.csv").read_text().splitlines()[0] == "k,time"
+    assert (with_oracle / "psi.png").exists() and not (without / "psi.png").exists()
+    report = (with_oracle / "report.html").read_text()
+    assert "Oracle measurements (computed from the owners&#x27; private records" in report
+    secrets = [repr(full["psi_final"]), repr(full["psi_zero"]), repr(full["theta_star"][0]),
+               rows[with_oracle][0]["own_psi"], repr(full["f_star"])]
+    for directory, present in ((with_oracle, True), (without, False)):
+        text = "".join(p.read_text(errors="replace") for p in directory.iterdir() if p.suffix != ".png")
+        assert all((s in text) == present for s in secrets), directory
+
+
+def test_no_oracle_refuses_what_it_cannot_honour(tmp_path, capsys):
+    """A market fitted on pilot runs over the private records is itself an oracle; --no-oracle is a
+    single run's: both are one line, exit 2, nothing written."""
+    from helpers import MARKET, small_toml
+
+    market = {**{k: v for k, v in MARKET.items() if k != "forecast"},
+              "pilots": {"data": "owners", "levels": 2, "subsets": 1, "replications": 1}}
+    path = tmp_path / "m.toml"
+    path.write_text(small_toml(name="m", seed=4, learner={"iterations": 60}, market=market,
+                               output={"plots": False}), encoding="utf-8")
+    assert main(["run", str(path), "--out", str(tmp_path / "a"), "--quiet", "--no-oracle"]) == 2
+    assert "market.pilots.data = 'owners'" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(tmp_path / "b"), "--no-oracle", "--replications", "2"]) == 2
+    assert "--no-oracle writes a single run" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -18,6 +18,7 @@ import pytest
 from helpers import ROOT, tiny_toml
 
 from dpmarket.cli import main
+from dpmarket.learning import kernels
 from dpmarket.replay import compiled
 from dpmarket.replay import kernel as replay_module
 from dpmarket.runs.replications import run_cell
@@ -44,7 +45,7 @@ def replayed(case: str, kernel: str, monkeypatch, wrong=None, block: int | None 
         calls.append(k)
         if wrong is not None:
             learner, block = wrong(learner, block)
-        RIGHT(theta_L, copies, counts, k, stats, learner, block, models)
+        return RIGHT(theta_L, copies, counts, k, stats, learner, block, models)
 
     monkeypatch.setenv(compiled.VARIABLE, kernel)
     monkeypatch.setattr(compiled, "async_block", counted)
@@ -176,3 +177,107 @@ def test_small_runs_never_import_numba(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "DPMARKET_KERNEL": "auto"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT)
     assert done.stdout.split()[-2:] == ["0", "False"], done.stderr
+
+
+# --- a numba that is installed but broken (issue 24) ---------------------------------------------------
+
+class BrokenDispatcher:
+    """What numba.njit returns in an installation whose compiler fails (an llvmlite that does not
+    match, a numpy too new for it): types are read, compiling raises."""
+
+    def __init__(self, function):
+        self.function = function
+
+    def typeof_pyval(self, value):
+        return type(value)
+
+    def compile(self, signature):
+        raise RuntimeError("LLVM ERROR: symbol not found\nsecond line")
+
+    def __call__(self, *args):
+        pytest.fail("a kernel that did not compile was called")
+
+
+def fresh_state(monkeypatch):
+    """No kernel made and numba not yet found broken, in this process (restored after the test)."""
+    monkeypatch.setattr(compiled, "_kernel", None)
+    monkeypatch.setattr(kernels, "_broken", None)
+    monkeypatch.setattr(kernels, "_warned", False)
+
+
+@pytest.fixture
+def broken_numba(monkeypatch):
+    """numba importable, its compiler broken; the kernel module's state fresh."""
+    import types
+
+    fake = types.ModuleType("numba")
+    fake.njit = lambda **options: BrokenDispatcher
+    monkeypatch.setitem(sys.modules, "numba", fake)
+    fresh_state(monkeypatch)
+
+
+def test_a_numba_that_cannot_compile_falls_back_to_numpy_with_one_warning_under_auto(
+        broken_numba, monkeypatch, capsys):
+    """Same models as the numpy replay, bit for bit; one warning however many blocks."""
+    numpy_cell, _ = replayed("squared_async", "numpy", monkeypatch, block=7)
+    capsys.readouterr()
+    monkeypatch.setattr(compiled, "AUTO_UPDATES", 0)
+    auto_cell, tried = replayed("squared_async", "auto", monkeypatch, block=7)
+    err = capsys.readouterr().err
+    assert tried == 1  # the first block found numba broken; the others never asked
+    assert difference(auto_cell, numpy_cell) == 0.0
+    assert err == ("dpmarket: warning: numba is installed but cannot be used (RuntimeError: LLVM ERROR: "
+                   "symbol not found); the numpy replay runs instead, with the same results (set "
+                   "DPMARKET_KERNEL=numpy to skip numba)\n")
+
+
+def test_a_numba_that_cannot_compile_is_one_line_and_exit_2_under_numba(broken_numba, monkeypatch, tmp_path,
+                                                                          capsys):
+    monkeypatch.setenv(compiled.VARIABLE, "numba")
+    path = tmp_path / "tiny.toml"
+    path.write_text(tiny_toml())
+    status = main(["run", str(path), "--out", str(tmp_path / "out"), "--replications", "2", "--executor",
+                   "serial", "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 2 and not (tmp_path / "out").exists()
+    assert err == ("dpmarket: error: environment: DPMARKET_KERNEL = 'numba': numba is installed but cannot "
+                   "be used (RuntimeError: LLVM ERROR: symbol not found); repair it (pip install -U "
+                   "'dpmarket[fast]'), or unset DPMARKET_KERNEL\n")
+
+
+def fake_numba(directory):
+    """A package named numba whose import fails, as a numba built for another llvmlite does."""
+    package = directory / "site" / "numba"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text('raise ImportError("numba needs llvmlite 0.99")\n')
+    return package.parent
+
+
+def test_a_numba_that_is_found_but_does_not_import_is_one_line_under_numba(tmp_path):
+    """find_spec alone found it, and the command ended in a traceback: one line, exit 2, nothing written."""
+    site = fake_numba(tmp_path)
+    (tmp_path / "tiny.toml").write_text(tiny_toml())
+    env = {"PYTHONPATH": f"{site}:{ROOT}", "PATH": "/usr/bin:/bin", "DPMARKET_KERNEL": "numba"}
+    args = [sys.executable, "-m", "dpmarket", "run", str(tmp_path / "tiny.toml"), "--replications", "2",
+            "--quiet", "--out", str(tmp_path / "out")]
+    done = subprocess.run(args, capture_output=True, text=True, env=env)
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr == ("dpmarket: error: environment: DPMARKET_KERNEL = 'numba': numba is installed but "
+                           "cannot be used (ImportError: numba needs llvmlite 0.99); repair it (pip install "
+                           "-U 'dpmarket[fast]'), or unset DPMARKET_KERNEL\n")
+
+
+def test_a_numba_that_does_not_import_falls_back_to_numpy_under_auto(tmp_path, monkeypatch, capsys):
+    """At the size auto takes numba for (2,000 replications in the red team's case): one warning and
+    the numpy replay's models, bit for bit."""
+    numpy_cell, _ = replayed("squared_async", "numpy", monkeypatch)
+    monkeypatch.delitem(sys.modules, "numba", raising=False)
+    monkeypatch.syspath_prepend(str(fake_numba(tmp_path)))
+    fresh_state(monkeypatch)
+    monkeypatch.setattr(compiled, "AUTO_UPDATES", 0)
+    capsys.readouterr()
+    auto_cell, tried = replayed("squared_async", "auto", monkeypatch)
+    assert tried == 1 and difference(auto_cell, numpy_cell) == 0.0
+    assert capsys.readouterr().err == (
+        "dpmarket: warning: numba is installed but cannot be used (ImportError: numba needs llvmlite 0.99); "
+        "the numpy replay runs instead, with the same results (set DPMARKET_KERNEL=numpy to skip numba)\n")

@@ -81,19 +81,23 @@ def test_calibration_recovers_a_floor_and_both_constants():
     assert without.rms_relative_error > 3 * fit.rms_relative_error
 
 
-def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path):
+def test_pilots_calibrate_once_then_come_from_the_cache(tmp_path, monkeypatch):
+    """The second time the pilots do not run, and the forecast and its provenance are the same (a
+    warm cache gives the bytes of a cold one: issue 24)."""
     s = market_scenario(forecast=None, pilots={"levels": 3, "subsets": 2, "replications": 2,
                                                 "epsilon_low": 1.0, "epsilon_high": 50.0})
     prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
-    first, source = calibration.resolve(s, consortium, objective, tmp_path)
-    assert source.startswith("calibrated on the public proxy")
+    first, cold = calibration.resolve(s, consortium, objective, tmp_path)
+    assert cold.startswith("calibrated on the public proxy")
+    assert cold.endswith(f"cached in {calibration.cache_file(s, tmp_path)}")
     assert first.points == 3 * 2  # replications averaged
     assert first.form == "law" and np.isfinite(first.r2) and first.c0 + first.c2 > 0
     assert [row["members"] for row in first.by_size] == [3, 2]
     assert sum(row["points"] for row in first.by_size) == 6
-    again, source = calibration.resolve(s, consortium, objective, tmp_path)
-    assert source.startswith("cached in") and again == first
+    monkeypatch.setattr(calibration, "run_pilots", lambda *a, **k: pytest.fail("the pilots ran again"))
+    again, warm = calibration.resolve(s, consortium, objective, tmp_path)
+    assert warm == cold and again == first
     stored = json.loads(next(tmp_path.glob("tiny-*.json")).read_text())
     assert len(stored["pilots"]["psi"]) == 6 and stored["calibrated_on"].startswith("the public proxy")
     assert stored["forecast"]["by_size"] == [dict(row) for row in first.by_size]
@@ -109,15 +113,22 @@ def calibrated(tmp_path_factory):
     return s, prepared, forecast, calibration.cache_file(s, cache)
 
 
-@pytest.mark.parametrize("damage", [b"", b'{"key": "', b"\xff\xfe", b"[]", b'{"key": 1}', "c0", "form"])
+@pytest.mark.parametrize("damage", [b"", b'{"key": "', b"\xff\xfe", b"[]", b'{"key": 1}', "c0", "form",
+                                    "c2 = 1e308", "c0 = 0.5"])
 def test_a_damaged_cache_file_is_recalibrated_with_one_warning(calibrated, tmp_path, capsys, damage):
+    """Unreadable, another form, a multiplier that is not a number ≥ 0 — or finite but not the fit of
+    the pilots the file stores (c₂ = 1e308 was trusted: issue 24)."""
     s, prepared, forecast, good = calibrated
     path = tmp_path / good.name
     if isinstance(damage, bytes):
         path.write_bytes(damage)
     else:  # well-formed JSON of the wrong content: a multiplier that is a string, or the other form
         stored = json.loads(good.read_text(encoding="utf-8"))
-        stored["forecast"][damage] = "1" if damage == "c0" else "theorem2"
+        if "=" in damage:
+            name, value = damage.split(" = ")
+            stored["forecast"][name] = float(value)
+        else:
+            stored["forecast"][damage] = "1" if damage == "c0" else "theorem2"
         path.write_text(json.dumps(stored), encoding="utf-8")
     capsys.readouterr()
     again, source = calibration.resolve(s, prepared.consortium, prepared.objective, tmp_path)
@@ -145,8 +156,9 @@ def test_the_default_cache_is_the_environment_variables_directory(calibrated, tm
     s, prepared, forecast, good = calibrated
     (tmp_path / good.name).write_bytes(good.read_bytes())
     monkeypatch.setenv(calibration.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(calibration, "run_pilots", lambda *a, **k: pytest.fail("the pilots ran again"))
     again, source = calibration.resolve(s, prepared.consortium, prepared.objective)
-    assert source.startswith(f"cached in {tmp_path / good.name}") and again == forecast
+    assert source.endswith(f"cached in {tmp_path / good.name}") and again == forecast
     monkeypatch.delenv(calibration.CACHE_ENV)
     assert calibration.cache_dir() == calibration.CACHE_DIR
 

@@ -11,7 +11,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from helpers import chi2_accepts, ks_accepts, tiny
+import simpy
+from helpers import chi2_accepts, ks_accepts, proportion_within, tiny
 from scipy import stats
 
 from dpmarket.cli import main
@@ -133,6 +134,64 @@ def test_without_a_horizon_the_engine_sleeps_until_an_owner_is_back(tmp_path):
     assert not any(last < r.time < 1e5 for r in rows)
     assert [r.kind for r in rows if r.time >= 1e5][:2] == ["reconnect", "tick"]
     assert sum(r.kind == "response" and r.owner == 0 for r in rows) == 3
+
+
+def fired_events(monkeypatch) -> list[float]:
+    """The time of every event SimPy processes from now on (Environment.step, which run() calls)."""
+    times: list[float] = []
+    real = simpy.Environment.step
+
+    def step(env: simpy.Environment) -> None:
+        times.append(env.peek())
+        real(env)
+
+    monkeypatch.setattr(simpy.Environment, "step", step)
+    return times
+
+
+@pytest.mark.parametrize("outage_end", [1e4, 1e9])
+def test_nothing_ticks_while_every_owner_is_offline(tmp_path, monkeypatch, outage_end):
+    """The runaway of issue 24: owner 0 has exponential dropout periods (20 on, 2 off) and an outage
+    from 0 to ``outage_end``; the others spend their budgets early. While no owner can answer, no
+    clock ticks and the periods of owner 0, which its outage makes invisible, do not alternate
+    through it: a handful of events (each sleeping clock's last tick, the periods' pause) whatever
+    the outage's length (before: one event per period, 10⁸ for 10⁹, 148 s)."""
+    s = capped_others({"mode": "request", "transmission_time": 0.01,
+                       "dropout": {"mean_online": 20.0, "mean_offline": 2.0}}, outage_end)
+    times = fired_events(monkeypatch)
+    start = time.process_time()
+    rows, result = run(tmp_path, s)
+    assert time.process_time() - start < 5.0
+    assert result.training.k == 9 and sum(r.kind == "response" and r.owner == 0 for r in rows) == 3
+    asleep = max(r.time for r in rows if r.kind == "refusal" and r.owner in (1, 2))
+    assert asleep < 1000.0
+    during = [t for t in times if asleep < t < outage_end]
+    assert len(during) <= 4, during
+    assert not any(asleep < r.time < outage_end for r in rows)  # nothing logged, no tick row
+
+
+def test_periods_paused_by_an_outage_resume_with_their_law(tmp_path):
+    """2,000 owners with periods 2 on, 1 off (offline a third of the time) and an outage [0, w): at
+    w each is offline with the periods' stationary probability 1/3 (the chain is stationary from
+    0 on, and the pause must keep it so), then comes back after Exp(1) (memoryless). Resuming in
+    the state of the pause instead would leave 2/3 offline; both tests reject that and Exp(1/2)."""
+    owners, w = 2000, 50.0
+    s = build({"mode": "request", "clock_rate": 1e-6, "horizon": w + 200.0,
+               "dropout": {"mean_online": 2.0, "mean_offline": 1.0},
+               "outages": [{"start": 0.0, "end": w}]}, owners=owners, seed=5)
+    rows, _ = run(tmp_path, s)
+    back = {r.owner for r in rows if r.kind == "reconnect" and r.time == w}
+    offline = owners - len(back)
+    assert proportion_within(offline, owners, 1 / 3)
+    assert not proportion_within(offline, owners, 2 / 3)
+    later = {}
+    for r in rows:
+        if r.kind == "reconnect" and r.owner not in back and r.time > w:
+            later.setdefault(r.owner, r.time - w)
+    waits = np.array(list(later.values()))
+    assert len(waits) > 0.95 * offline
+    assert ks_accepts(waits, stats.expon(scale=1.0))
+    assert not ks_accepts(waits, stats.expon(scale=2.0))
 
 
 def test_a_clock_restarts_with_its_law_after_the_engine_slept(tmp_path):

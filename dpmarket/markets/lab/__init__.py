@@ -8,5 +8,5 @@ files. Modules, in the order the table is built:
 - :mod:`~dpmarket.markets.lab.deviations`: owners who misreport their cost or split into fake owners
 - :mod:`~dpmarket.markets.lab.properties`: the property table of one policy, and its rows
 
-Definitions (with the maths) are in docs/guides/mechanism-lab.md.
+Definitions (with the maths) are in docs/how-to/mechanism-lab.md.
 """

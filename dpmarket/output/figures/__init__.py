@@ -9,5 +9,6 @@
 - :mod:`~dpmarket.output.figures.market_timeline`: the market in time
 - :mod:`~dpmarket.output.figures.market`: a policy comparison
 - :mod:`~dpmarket.output.figures.mechanism`: a comparison's property table (the mechanism lab)
-- :mod:`~dpmarket.output.figures.sweep`: replications and sweeps (the papers' figure types)
+- :mod:`~dpmarket.output.figures.sweep`: replications and sweeps (the papers' figure types), and a
+  privacy audit's ROC curves against the claimed (ε, δ)
 """

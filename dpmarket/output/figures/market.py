@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; never needs a display
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.output.figures.axes import label_log  # noqa: E402
+from dpmarket.output.figures.axes import ZERO_LABEL, ZERO_STYLE, label_log, legend_below  # noqa: E402
 
 _METADATA = {"Software": None}  # no versions in the files: same comparison, same bytes
 
@@ -18,10 +18,11 @@ MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")  # one shape per po
 DODGE = 0.025  # share of the payment axis between policies that paid the same
 
 
-def psi_against_payment(rows: list[dict], title: str, path: Path) -> None:
+def psi_against_payment(rows: list[dict], title: str, path: Path, psi_zero: float = float("nan")) -> None:
     """Simulated ψ (mean, min–max bar over replications; filled) and forecast ψ̂ (hollow) against
-    total payment. Each policy has its own colour and marker shape, and policies that paid the
-    same are set side by side (the payment axis is labelled in exact amounts all the same)."""
+    total payment, with ψ of the untrained model θ = 0 (dotted). Each policy has its own colour and
+    marker shape, and policies that paid the same are set side by side (the payment axis is
+    labelled in exact amounts all the same); the legend sits under the axes."""
     fig = Figure(figsize=(6.4, 4.4))
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.9)
     ax = fig.subplots()
@@ -36,12 +37,14 @@ def psi_against_payment(rows: list[dict], title: str, path: Path) -> None:
         ax.errorbar([x], [r["psi_mean"]], yerr=spread, fmt=marker, color=color, capsize=3, label=label)
         if 0 < r["psi_forecast"] < float("inf"):
             ax.plot([x], [r["psi_forecast"]], marker=marker, ms=9, ls="none", mfc="none", mec=color, mew=1.4)
+    if psi_zero > 0:
+        ax.axhline(psi_zero, **ZERO_STYLE, label=ZERO_LABEL)
     ax.set_yscale("log")
     label_log(ax, "y")
     ax.set_xlabel("total payment")
     ax.set_ylabel("ψ (filled: simulated; hollow: forecast)")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=7)
+    legend_below(fig, ax, fontsize=7, ncol=2)
     fig.savefig(path, dpi=100, metadata=_METADATA)
 
 

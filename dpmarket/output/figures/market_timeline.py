@@ -16,7 +16,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.output.figures.axes import integer_ticks, label_log  # noqa: E402
+from dpmarket.output.figures.axes import ZERO_LABEL, ZERO_STYLE, integer_ticks, label_log  # noqa: E402
 
 NAME = "market_timeline.png"
 
@@ -49,5 +49,9 @@ def _draw_psi(ax, data: dict) -> None:
     keep = psi > 0
     if keep.any():
         ax.semilogy(t[keep], psi[keep], color="black", lw=1.2)
+        if psi[0] > 0:  # metrics.csv's first row is k = 0: the untrained model θ = 0
+            ax.axhline(psi[0], **ZERO_STYLE)
+            ax.annotate(ZERO_LABEL, (0.99, psi[0]), xycoords=("axes fraction", "data"), ha="right",
+                        va="bottom", fontsize=7, color=ZERO_STYLE["color"])
         label_log(ax, "y")
     ax.set_ylabel("ψ of the model", fontsize=9)

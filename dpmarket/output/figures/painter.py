@@ -29,6 +29,10 @@ def _paint(kind: str, data, path: str) -> None:
             topology.save(graph, Path(path) / "topology.graphml")
         if draw:
             topology.draw(graph, Path(path) / "topology.png", load)
+    elif kind == "audit_roc":
+        from dpmarket.output.figures import sweep
+
+        sweep.draw_roc(data, Path(path) / sweep.ROC_NAME)
     elif kind == "timeline":
         from dpmarket.output.figures import lanes
 

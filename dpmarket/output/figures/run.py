@@ -15,7 +15,7 @@ matplotlib.use("Agg")  # files only; never needs a display
 import numpy as np  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.output.figures.axes import integer_ticks, label_log  # noqa: E402
+from dpmarket.output.figures.axes import ZERO_LABEL, ZERO_STYLE, integer_ticks, label_log, legend_below  # noqa: E402
 
 # No timestamps or versions in the files: the same run gives the same bytes.
 _METADATA = {"Software": None}
@@ -33,15 +33,18 @@ class RunFigures:
     sequence: list[int]  # i_k per update; empty for synchronous learners or beyond sequence.EXACT
     owners: int
     density: dict | None = None  # beyond sequence.EXACT: updates counted per owner row and block of k
+    oracle: bool = True  # False (run --no-oracle): no ψ, so no psi.png
 
 
 MAX_DOTS = 5_000  # beyond this many updates, i_k against k is drawn as a density
 
 
 def draw_run(data: RunFigures, directory: str | Path) -> None:
-    """Write ``psi.png`` into ``directory`` (``timeline.png``, drawn from the run's spans, is
+    """Write ``psi.png`` into ``directory`` — an oracle measurement, not drawn with ``--no-oracle``
+    (``timeline.png``, drawn from the run's spans, is
     :func:`dpmarket.output.figures.timeline.draw_lanes`'s)."""
-    psi_against_k(data, Path(directory) / "psi.png")
+    if data.oracle:
+        psi_against_k(data, Path(directory) / "psi.png")
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -61,13 +64,13 @@ def psi_against_k(data: RunFigures, path: Path) -> None:
     ax.axhline(data.own_psi_median, color="tab:blue", ls="--", lw=1,
                label="an owner's model on its own data (median)")
     if data.psi_zero > 0:  # ψ(0) = 0 only when θ* = 0: nothing to draw on a log axis
-        ax.axhline(data.psi_zero, color="tab:red", ls=":", lw=1.4, label="untrained model θ = 0")
+        ax.axhline(data.psi_zero, **ZERO_STYLE, label=ZERO_LABEL)
     ax.set_yscale("log")
     label_log(ax, "y")
     ax.set_xlabel("iteration k")
     ax.set_ylabel("relative fitness ψ")
     ax.set_title(data.title, fontsize=10)
-    ax.legend(fontsize=8)
+    legend_below(fig, ax, fontsize=8, ncol=2)
     _save(fig, path)
 
 

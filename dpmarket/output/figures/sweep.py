@@ -1,4 +1,5 @@
-"""Figures of replicated runs and sweeps (issue 5, items 1–2): the papers' figure types.
+"""Figures of replicated runs and sweeps (issue 5, items 1–2): the papers' figure types; and an
+audit's ROC curves (:func:`draw_roc`: its runs of two neighbouring worlds).
 
 - :func:`draw_band`: ψ against k over replications, median and 25–75 % band (papers 003
   Figures 3 and 8).
@@ -25,7 +26,17 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from dpmarket.output.figures.axes import integer_ticks, label_log, text_colour  # noqa: E402
+from dpmarket.output.figures.axes import (  # noqa: E402
+    ZERO_LABEL,
+    ZERO_STYLE,
+    integer_ticks,
+    keep_texts_inside,
+    label_log,
+    legend_below,
+    separate_texts,
+    text_colour,
+)
+from dpmarket.privacy.auditing import claimed_frontier  # noqa: E402
 
 _METADATA = {"Software": None}  # no version or date in the PNG: same input, same bytes
 EPSILON_KEY, RECORDS_KEY, OWNERS_KEY = "privacy.epsilon", "data.records", "data.owners"
@@ -103,6 +114,7 @@ def draw_bands(runs: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.9)
     ax = fig.subplots()
     shades = np.linspace(0.0, 0.55, max(len(runs), 1))
+    zeros = sorted({float(z) for m in runs.values() for z in m.loc[m["k"] == 0, "psi"] if z > 0})
     for (label, metrics), shade in zip(runs.items(), shades, strict=True):
         b = band(metrics)
         b = b[(b["k"] > 0) & (b["q25"] > 0)]  # log axis: k = 0 is ψ(0), shown by the first point
@@ -111,12 +123,14 @@ def draw_bands(runs: dict[str, pd.DataFrame], path: Path, title: str) -> Path:
         reps = int(metrics["replication"].nunique()) if "replication" in metrics else 1
         ax.plot(b["k"], b["median"], color=colour, lw=1.4,
                 label=f"{label + ': ' if label else ''}median of {reps} runs, middle half shaded")
+    for j, zero in enumerate(zeros):  # every run starts at θ = 0: ψ at k = 0 is ψ(0)
+        ax.axhline(zero, **ZERO_STYLE, label=ZERO_LABEL if j == 0 else None)
     ax.set_yscale("log")
     label_log(ax, "y")
     ax.set_xlabel("iteration k")
     ax.set_ylabel("ψ of the learner's model")
     ax.set_title(title, fontsize=10)
-    ax.legend(fontsize=8)
+    legend_below(fig, ax, fontsize=8)
     return _save(fig, Path(path))
 
 
@@ -139,14 +153,17 @@ def draw_sweep(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, directory:
 
 
 def _groups(sweep: pd.DataFrame, exclude: tuple[str, ...]) -> Iterator[tuple[str, pd.DataFrame]]:
-    """The sweep split by the swept keys other than ``exclude``: (label, rows) pairs."""
+    """The sweep split by the swept keys other than ``exclude``: (label, rows) pairs, each key named
+    by its last part (``mechanism=laplace``), which is unique among a sweep's keys in practice."""
     others = [k for k in swept_keys(sweep) if k not in exclude]
     if not others:
         yield "", sweep
         return
+    names = [k.split(".")[-1] for k in others]
+    names = names if len(set(names)) == len(names) else others
     for values, rows in sweep.groupby(others, sort=False):
         values = values if isinstance(values, tuple) else (values,)
-        yield ", ".join(f"{k}={_short(v)}" for k, v in zip(others, values, strict=True)), rows
+        yield ", ".join(f"{k}={_short(v)}" for k, v in zip(names, values, strict=True)), rows
 
 
 def _title(meta: dict, what: str) -> str:
@@ -158,7 +175,8 @@ def _title(meta: dict, what: str) -> str:
 def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabel: str,
                  path: Path) -> Path:
     """Mean ψ (markers, 25–75 % whiskers of ψ) against ``x_column``, log-log, per group of the
-    other swept keys, with the fitted slope (dashed) and the calibrated forecast (solid)."""
+    other swept keys, with the fitted slope (dashed), the calibrated forecast (solid) and ψ of the
+    untrained model θ = 0 (dotted red); the legend sits under the axes, never over the data."""
     fig = Figure(figsize=(6.4, 4.4))
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
@@ -169,17 +187,32 @@ def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabe
         x, y = rows[x_column].to_numpy(float), rows["psi_mean"].to_numpy(float)
         fit = fit_loglog(x, y)
         ax.errorbar(x, y, yerr=_whiskers(rows), fmt="o", ms=4, color=colour, capsize=2,
-                    label=f"{label + ': ' if label else ''}mean ψ of the final model, {fit.label()}")
+                    label=f"{label + ': ' if label else ''}{fit.label()}")
         if np.isfinite(fit.slope):
             ax.plot(x, np.exp(fit.intercept) * x**fit.slope, "--", color=colour, lw=1)
         if "forecast" in rows and rows["forecast"].notna().any():
             ax.plot(x, rows["forecast"], "-", color=colour, lw=1, alpha=0.6)
+    _draw_zero(ax, sweep, x_column, key)
     _log_axes(ax)
     ax.set_xlabel(xlabel)
-    ax.set_ylabel("ψ of the final model")
+    ax.set_ylabel("mean ψ of the final model")
     ax.set_title(_title(meta, f"ψ against {xlabel}") + "; " + _forecast_note(meta), fontsize=8)
-    ax.legend(fontsize=7)
+    legend_below(fig, ax, fontsize=7)
     return _save(fig, Path(path))
+
+
+def _draw_zero(ax, sweep: pd.DataFrame, x_column: str, key: str) -> None:
+    """ψ(θ = 0): one dotted line when every cell's data are the same, else dotted through each group's
+    cells (sweeping the records changes the data, hence ψ(0))."""
+    if "psi_zero" not in sweep or not (sweep["psi_zero"] > 0).any():
+        return
+    zeros = sweep["psi_zero"].to_numpy(float)
+    if np.allclose(zeros, zeros[0], rtol=1e-9):
+        ax.axhline(zeros[0], **ZERO_STYLE, label=ZERO_LABEL)
+        return
+    for j, (_, rows) in enumerate(_groups(sweep, (key,))):
+        rows = rows.sort_values(x_column)
+        ax.plot(rows[x_column], rows["psi_zero"], **ZERO_STYLE, label=ZERO_LABEL if j == 0 else None)
 
 
 def _whiskers(rows: pd.DataFrame) -> np.ndarray | None:
@@ -234,31 +267,117 @@ def draw_collaboration(sweep: pd.DataFrame, meta: dict, path: Path) -> Path:
 
 
 def draw_owner_benefit(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, path: Path) -> Path:
-    """Each owner's own-data ψ(θ_i*) (dots) and the collaborative median ψ of its cell (line):
-    owners above their cell's line benefit (papers' Figure 11). Dots stand at the owner's records,
-    or, when every owner shown holds as many records (where records say nothing), at the owner's
-    number, each cell's dots side by side."""
+    """Each owner's own-data ψ(θ_i*) (dots) and the collaborative median ψ of each cell (lines):
+    owners above a cell's line benefit there (papers' Figure 11), and the figure names them.
+
+    Dots stand at the owner's records, or, when every owner shown holds as many records (where
+    records say nothing), at the owner's number. Cells that share their data give each owner one
+    own-data ψ, so each owner is one dot; cells whose lines coincide (within COINCIDE) are one line
+    naming them all. The legend sits under the axes; ψ(θ = 0) is the dotted red line."""
     cells = _benefit_cells(sweep)
     shown = owners[owners["cell"].isin(cells)]
     by_size = shown["records"].nunique() > 1
     fig = Figure(figsize=(6.4, 4.6))
     fig.subplots_adjust(left=0.14, right=0.97, bottom=0.12, top=0.87)
     ax = fig.subplots()
-    colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(cells)))
-    for j, (cell, colour) in enumerate(zip(cells, colours, strict=True)):
-        rows = owners[owners["cell"] == cell]
-        if rows.empty:
-            continue
-        x = rows["records"] if by_size else rows["owner"] + 1 + 0.6 * ((j + 0.5) / len(cells) - 0.5)
-        ax.scatter(x, rows["own_psi"], s=12, color=colour, lw=0)
-        psi = float(rows["psi_median"].iloc[0])
-        ax.axhline(psi, color=colour, lw=1.2, label=f"{_cell_label(sweep, cell)}: shared model ψ {psi:.3g}, "
-                                                    f"{int(rows['benefits'].sum())} of {len(rows)} benefit")
+    groups = _line_groups(sweep, shown, cells)
+    colours = matplotlib.colormaps["viridis"](np.linspace(0, 0.85, len(groups)))
+    for (psi_lo, psi_hi, members, benefit, count), colour in zip(groups, colours, strict=True):
+        level = f"{psi_lo:.3g}" if psi_hi <= psi_lo * (1 + 1e-12) else f"{psi_lo:.3g}–{psi_hi:.3g}"
+        label = f"{_cells_label(sweep, members)}: shared model ψ {level}, {benefit} of {count} benefit"
+        ax.axhline(np.sqrt(psi_lo * psi_hi), color=colour, lw=1.2, label=label)
+    _owner_dots(ax, shown, cells, colours_of(groups, colours), by_size)
+    zeros = sweep.loc[sweep["cell"].isin(cells), "psi_zero"] if "psi_zero" in sweep else []
+    for j, zero in enumerate(sorted({float(z) for z in zeros if z > 0})):
+        ax.axhline(zero, **ZERO_STYLE, label=ZERO_LABEL if j == 0 else None)
     _owner_axis(ax, shown, by_size)
     ax.set_ylabel("ψ: own model (dots), shared model (lines)")
-    ax.set_title(_title(meta, "which owners benefit (dots above their cell's line)"), fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title(_title(meta, "which owners benefit (dots above a line; named)"), fontsize=9)
+    legend_below(fig, ax, fontsize=7)
+    names = [t for t in ax.texts if hasattr(t, "xyann")]
+    separate_texts(fig, names)
+    keep_texts_inside(fig, ax, list(ax.texts))
     return _save(fig, Path(path))
+
+
+COINCIDE = 0.05  # cells whose shared ψ differ by less than this, relatively, are drawn as one line
+MAX_NAMED = 12  # benefiting owners named beside their dots (the most benefiting first)
+
+
+def _line_groups(sweep: pd.DataFrame, shown: pd.DataFrame, cells: list[int]) -> list[tuple]:
+    """(lowest ψ, highest ψ, cells, "owners benefiting", owners) per line: the cells in order of ψ,
+    a cell joining the previous line when its ψ is within COINCIDE of that line's lowest."""
+    rows = []
+    for cell in cells:
+        part = shown[shown["cell"] == cell]
+        if not part.empty:
+            rows.append((float(part["psi_median"].iloc[0]), cell, int(part["benefits"].sum()), len(part)))
+    groups: list[list] = []
+    for psi, cell, benefit, count in sorted(rows):
+        if groups and psi <= groups[-1][0] * (1 + COINCIDE):
+            groups[-1][1] = psi
+            groups[-1][2].append(cell)
+            groups[-1][3].append(benefit)
+        else:
+            groups.append([psi, psi, [cell], [benefit], count])
+    out = []
+    for lo, hi, members, benefits, count in groups:
+        told = f"{min(benefits)}" if min(benefits) == max(benefits) else f"{min(benefits)}–{max(benefits)}"
+        out.append((lo, hi, sorted(members), told, count))
+    return out
+
+
+def colours_of(groups: list[tuple], colours) -> dict[int, object]:
+    """Each cell's line colour."""
+    return {cell: colour for g, colour in zip(groups, colours, strict=True) for cell in g[2]}
+
+
+def _cells_label(sweep: pd.DataFrame, cells: list[int]) -> str:
+    """``epsilon=10, 100, 1000`` for cells that differ in one key, else each cell's label."""
+    keys = swept_keys(sweep)
+    rows = sweep.set_index("cell").loc[cells]
+    varying = [k for k in keys if rows[k].nunique() > 1]
+    if len(cells) > 1 and len(varying) == 1:
+        fixed = [f"{k.split('.')[-1]}={_short(rows[k].iloc[0])}" for k in keys if k not in varying]
+        values = ", ".join(_short(v) for v in rows[varying[0]])
+        return ", ".join([*fixed, f"{varying[0].split('.')[-1]}={values}"])
+    return "; ".join(_cell_label(sweep, c) for c in cells)
+
+
+def _owner_dots(ax, shown: pd.DataFrame, cells: list[int], colour_of: dict, by_size: bool) -> None:
+    """One dot per owner when every cell gives it the same own-data ψ (the cells share their data),
+    else one per owner and cell in the cell's colour; owners that benefit in some cell ringed and
+    named (MAX_NAMED at most, the largest own ψ over shared ψ first)."""
+    same = shown.groupby("owner")["own_psi"].nunique().max() <= 1 if len(shown) else True
+    per_owner = shown.sort_values("cell").groupby("owner", sort=True)
+    first = per_owner.first()
+    benefit = per_owner["benefits"].any()
+    margin = (shown.assign(m=shown["own_psi"] / shown["psi_median"]).groupby("owner")["m"].max())
+    x_of = (lambda rows, j: rows["records"]) if by_size else \
+        (lambda rows, j: rows["owner"] + 1 + (0.0 if same else 0.6 * ((j + 0.5) / len(cells) - 0.5)))
+    if same:
+        x = x_of(first.reset_index(), 0).to_numpy(float)
+        gains = benefit.to_numpy()
+        ax.scatter(x[~gains], first["own_psi"].to_numpy()[~gains], s=12, color="0.55", lw=0,
+                   label="an owner's own-data model")
+        ax.scatter(x[gains], first["own_psi"].to_numpy()[gains], s=22, color="tab:orange",
+                   edgecolors="black", linewidths=0.6, zorder=3, label="an owner that benefits (named)")
+    else:
+        for j, cell in enumerate(cells):
+            rows = shown[shown["cell"] == cell]
+            ax.scatter(x_of(rows, j), rows["own_psi"], s=12, color=colour_of.get(cell, "0.5"), lw=0)
+            gains = rows[rows["benefits"]]
+            ax.scatter(x_of(gains, j), gains["own_psi"], s=22, facecolors="none", edgecolors="black",
+                       linewidths=0.6, zorder=3, label="an owner that benefits (named)" if j == 0 else None)
+    named = margin[benefit].sort_values(ascending=False).index[:MAX_NAMED]
+    for owner in named:
+        row = first.loc[owner]
+        x = row["records"] if by_size else owner + 1
+        ax.annotate(str(row["name"]), (x, row["own_psi"]), xytext=(4, 3), textcoords="offset points",
+                    fontsize=6.5, ha="left", va="bottom", zorder=4)
+    if int(benefit.sum()) > len(named):
+        ax.text(0.99, 0.01, f"+{int(benefit.sum()) - len(named)} more benefit (sweep_owners.csv)",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=6.5)
 
 
 def _owner_axis(ax, shown: pd.DataFrame, by_size: bool) -> None:
@@ -294,3 +413,45 @@ def _short(value) -> str:
     if isinstance(value, float | np.floating) and float(value).is_integer():
         return str(int(value))
     return f"{value:g}" if isinstance(value, float | np.floating) else str(value)
+
+
+# --- an audit's ROC curves ------------------------------------------------------------------------
+
+ROC_NAME = "audit_roc.png"
+ROC_COLOURS = {"answers": "tab:blue", "model": "tab:orange"}
+
+
+def draw_roc(data: dict, path: str | Path) -> None:
+    """An audit's ROC curves against the region its claimed (ε, δ) allows (``audit_roc.png``, from
+    :func:`dpmarket.output.results.roc_data`): each adversary's curve on the runs its error rates were
+    counted on, log-log so that the low false-positive rates where ε shows are visible; the claimed
+    frontier min(e^ε α + δ, 1 − e^−ε(1 − δ − α)), the most any test may reach; the point each bound
+    was proved at, with its confidence box. ``data``: title, epsilon, delta, and per adversary
+    (``curves``) its view, fpr, tpr, the proved point (fpr, tpr), the rates' upper bounds, ε lower."""
+    fig = Figure(figsize=(6.0, 5.2))
+    fig.subplots_adjust(left=0.13, right=0.97, bottom=0.11, top=0.9)
+    ax = fig.subplots()
+    floor = min([1e-4] + [1.0 / max(2, c["runs"]) for c in data["curves"]])
+    grid = np.geomspace(floor / 2, 1.0, 400)
+    bound = claimed_frontier(grid, data["epsilon"], data["delta"])
+    ax.loglog(grid, bound, color="black", lw=1.4,
+              label=f"claimed (ε = {data['epsilon']:g}, δ = {data['delta']:g}): the most any test may reach")
+    ax.fill_between(grid, bound, 1.0, color="0.9", lw=0)
+    ax.loglog(grid, grid, color="0.6", lw=0.8, ls=":", label="guessing")
+    for c in data["curves"]:
+        colour = ROC_COLOURS.get(c["view"], "tab:green")
+        fpr, tpr = np.maximum(c["fpr"], floor / 2), np.maximum(c["tpr"], floor / 2)
+        ax.step(fpr, tpr, where="post", color=colour, lw=1.2,
+                label=f"adversary sees {c['view']}: ε ≥ {c['epsilon_lower']:.3g}")
+        x, y = max(c["point"][0], floor / 2), max(c["point"][1], floor / 2)
+        ax.plot([x], [y], "o", color=colour, ms=5)
+        ax.plot([x, max(c["fpr_upper"], floor / 2)], [y, y], color=colour, lw=0.8)  # α up to ᾱ
+        low = max(1.0 - c["fnr_upper"], floor / 2)
+        ax.plot([x, x], [y, low], color=colour, lw=0.8)  # 1 − β down to 1 − β̄
+    ax.set_xlim(floor / 2, 1.0)
+    ax.set_ylim(floor / 2, 1.05)
+    ax.set_xlabel("false-positive rate (world 0 said world 1)")
+    ax.set_ylabel("true-positive rate")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title(data["title"], fontsize=9)
+    fig.savefig(path, format="png", dpi=100, metadata=_METADATA)

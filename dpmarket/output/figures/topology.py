@@ -53,12 +53,17 @@ def save(graph: nx.Graph, path: Path) -> None:
 
 
 LABEL_OWNERS_UP_TO = 30  # owner names drawn beside their dots up to this many owners
+GROUPS_PER_CHANNEL = 12  # beyond DRAW_EACH_OWNER_UP_TO owners, a channel's owners in this many groups…
+GROUPS = 24  # …and all channels' in at most this many (but at least 3 a channel)
 
 
 def draw(graph: nx.Graph, path: Path, load: dict | None = None) -> None:
     """Draw the network with what went through it: every owner when there are few (dot area by
-    records, shade by exchanges, names up to LABEL_OWNERS_UP_TO owners), channels only otherwise;
-    below, each channel's owners, utilisation and collisions.
+    records, colour by exchanges, names up to LABEL_OWNERS_UP_TO owners), and beyond
+    DRAW_EACH_OWNER_UP_TO owners each channel's owners in at most GROUPS_PER_CHANNEL groups of
+    consecutive owners (dot area: the group's records; colour: its exchanges; label: which owners),
+    so that 1,000 or 10,000 owners stay readable; below, each channel's owners, utilisation and
+    collisions. Counts get a whole-number colour bar, under the drawing, where it covers no name.
 
     ``load`` (from the finished run): ``exchanges`` and ``collisions`` per owner index,
     ``utilisation``, ``collided`` and ``transmissions`` per channel; None draws the shape alone.
@@ -68,56 +73,98 @@ def draw(graph: nx.Graph, path: Path, load: dict | None = None) -> None:
     from matplotlib.collections import LineCollection  # deferred: slow to import
     from matplotlib.figure import Figure
 
+    from dpmarket.output.figures.axes import keep_texts_inside
+
     owners = [n for n, d in graph.nodes(data=True) if d["kind"] == "owner"]
-    shown = graph
-    if len(owners) > DRAW_EACH_OWNER_UP_TO:
-        # a copy, not graph.subgraph: a subgraph view lists its nodes in set (hash) order,
-        # which moved the channels around between runs of the same scenario
-        shown = graph.copy()
-        shown.remove_nodes_from(owners)
+    shown = graph if len(owners) <= DRAW_EACH_OWNER_UP_TO else grouped(graph, load)
     pos, kinds = _radial_layout(shown), nx.get_node_attributes(shown, "kind")
-    fig = Figure(figsize=(7.0, 6.4))
-    fig.subplots_adjust(left=0.02, right=0.9, bottom=0.12, top=0.9)
+    channels = [n for n, d in shown.nodes(data=True) if d["kind"] == "channel"]
+    listing = _channel_lines(graph, channels, load)
+    # From the bottom, in inches: the channels' lines, the colour bar with its label, the drawing.
+    text_height = (listing.count("\n") + 1) * 7 * 1.35 / 72 + 0.1
+    bar_y = text_height + 0.45
+    height = 7.0
+    fig = Figure(figsize=(7.0, height))
+    fig.subplots_adjust(left=0.02, right=0.98, bottom=(bar_y + 0.35) / height, top=0.9)
     ax = fig.subplots()
     ax.add_collection(LineCollection([(pos[a], pos[b]) for a, b in shown.edges()], colors="0.75",
                                      linewidths=0.5, zorder=1))
-    if shown is graph:
-        _draw_owners(fig, ax, graph, owners, pos, load)
+    members = [n for n in shown if kinds[n] in ("owner", "group")]
+    labels = _draw_owners(fig, ax, shown, members, pos, load, bar_y / height)
     for kind, (size, colour) in {"channel": (160, "tab:blue"), "learner": (300, "tab:red")}.items():
         xy = np.array([pos[n] for n in shown if kinds[n] == kind]).reshape(-1, 2)
         ax.scatter(xy[:, 0], xy[:, 1], s=size, c=colour, zorder=2)
-    channels = [n for n in shown if kinds[n] == "channel"]
     for n in channels:  # the channel's number on its dot; its load in the list below
         ax.annotate(n.split("-")[1], pos[n], ha="center", va="center", fontsize=7, color="white", zorder=4)
     ax.annotate("learner", pos["learner"], xytext=(0, 10), textcoords="offset points", ha="center",
                 fontsize=8, zorder=4)
     fig.suptitle(_title(graph, owners, shown is graph, load), fontsize=9)
-    fig.text(0.02, 0.02, _channel_lines(graph, channels, load), fontsize=7, va="bottom", family="monospace")
-    ax.set_aspect("equal")
-    ax.margins(0.12)
+    fig.text(0.02, 0.1 / height, listing, fontsize=7, va="bottom", family="monospace")
+    ax.set_aspect("equal", adjustable="datalim")
+    ax.margins(0.08)
     ax.axis("off")
+    keep_texts_inside(fig, ax, labels)
     fig.savefig(path, dpi=100, metadata={"Software": None})
 
 
-def _draw_owners(fig, ax, graph: nx.Graph, owners: list, pos: dict, load: dict | None) -> None:
-    """Owners as dots: area by records, shade by exchanges (with a colour bar), names if few."""
-    records = np.array([graph.nodes[n]["records"] for n in owners], dtype=float)
+def grouped(graph: nx.Graph, load: dict | None) -> nx.Graph:
+    """The graph with each channel's owners merged into at most GROUPS_PER_CHANNEL groups of
+    consecutive owners: a group node carries its owners' count, records and exchanges."""
+    out = nx.Graph()
+    out.add_node("learner", kind="learner")
+    channels = [n for n, d in graph.nodes(data=True) if d["kind"] == "channel"]
+    for channel in channels:
+        out.add_node(channel, kind="channel")
+        out.add_edge("learner", channel)
+        members = sorted((graph.nodes[n]["index"], n) for n in graph.neighbors(channel) if n != "learner")
+        groups = min(GROUPS_PER_CHANNEL, max(3, GROUPS // len(channels)), len(members))
+        for block in np.array_split(np.arange(len(members)), groups):
+            if not len(block):
+                continue
+            owners = [members[j] for j in block]
+            first, last = owners[0][0], owners[-1][0]
+            name = f"{channel}-owners-{first}-{last}"
+            out.add_node(name, kind="group", count=len(owners), first=first, last=last,
+                         records=sum(graph.nodes[n]["records"] for _, n in owners),
+                         exchanges=sum(load["exchanges"][i] for i, _ in owners) if load else None)
+            out.add_edge(channel, name)
+    return out
+
+
+def _draw_owners(fig, ax, graph: nx.Graph, members: list, pos: dict, load: dict | None,
+                 bar_y: float) -> list:
+    """Owners (or groups of owners) as dots: area by records, colour by exchanges (with a whole-number
+    colour bar under the drawing), names if few; returns the name labels drawn."""
+    from dpmarket.output.figures.axes import integer_colorbar
+
+    if not members:
+        return []
+    records = np.array([graph.nodes[n]["records"] for n in members], dtype=float)
     area = 10 + 70 * np.sqrt(records / records.max())
-    xy = np.array([pos[n] for n in owners]).reshape(-1, 2)
+    xy = np.array([pos[n] for n in members]).reshape(-1, 2)
+    groups = graph.nodes[members[0]]["kind"] == "group"
     if load is None:
         ax.scatter(xy[:, 0], xy[:, 1], s=area, c="0.3", zorder=3)
     else:
-        exchanges = [load["exchanges"][graph.nodes[n]["index"]] for n in owners]
+        exchanges = [graph.nodes[n]["exchanges"] if groups else load["exchanges"][graph.nodes[n]["index"]]
+                     for n in members]
         dots = ax.scatter(xy[:, 0], xy[:, 1], s=area, c=exchanges, cmap="viridis", zorder=3,
                           edgecolors="0.2", linewidths=0.3)
-        fig.colorbar(dots, ax=ax, shrink=0.6, pad=0.01, label="exchanges per owner")
-    if len(owners) <= LABEL_OWNERS_UP_TO:
-        for name in owners:
-            channel = next(n for n in graph.neighbors(name) if graph.nodes[n]["kind"] == "channel")
-            away = pos[name] - np.asarray(pos[channel])
-            ax.annotate(name, pos[name], xytext=8 * away / (np.linalg.norm(away) or 1.0),
-                        textcoords="offset points", ha="left" if away[0] >= 0 else "right",
-                        va="center", fontsize=7, zorder=4)
+        place = fig.add_axes((0.3, bar_y, 0.4, 0.018))
+        integer_colorbar(fig, dots, exchanges, cax=place, orientation="horizontal",
+                         label="exchanges per group of owners" if groups else "exchanges per owner")
+    if not groups and len(members) > LABEL_OWNERS_UP_TO:
+        return []
+    labels = []
+    for name in members:
+        channel = next(n for n in graph.neighbors(name) if graph.nodes[n]["kind"] == "channel")
+        away = pos[name] - np.asarray(pos[channel])
+        node = graph.nodes[name]
+        text = f"{node['first']}–{node['last']}" if groups else name
+        labels.append(ax.annotate(text, pos[name], xytext=8 * away / (np.linalg.norm(away) or 1.0),
+                                  textcoords="offset points", ha="left" if away[0] >= 0 else "right",
+                                  va="center", fontsize=7, zorder=4))
+    return labels
 
 
 MAX_CHANNEL_LINES = 8
@@ -142,6 +189,6 @@ def _channel_lines(graph: nx.Graph, channels: list[str], load: dict | None) -> s
 def _title(graph: nx.Graph, owners: list, each: bool, load: dict | None) -> str:
     channels = sum(1 for _, d in graph.nodes(data=True) if d["kind"] == "channel")
     text = f"network: learner, {channels} channel{'s' if channels > 1 else ''}, {len(owners)} owners"
-    if each:
-        text += "\nblue: channels; dot area: records" + ("; colour: exchanges" if load is not None else "")
-    return text
+    what = "an owner" if each else "a group of owners (numbers beside it)"
+    text += f"\nblue: channels; a dot: {what}; area: records"
+    return text + ("; colour: exchanges" if load is not None else "")

@@ -8,11 +8,21 @@ An owner offline until the end of the run (a trace that ends, or an offline peri
 the horizon) can never answer again: it is reported *gone* when it goes offline. The sources of an
 owner that has left (gone, or its budget spent) stop: its availability no longer matters, and
 simulating it would only log rows (for ever, with exponential periods and no horizon).
+
+While an outage window (or a trace's gap) holds an owner offline until a known end, its
+exponential periods change nothing anyone can see: the owner is offline whatever they say. Their
+chain then pauses at its next step instead of alternating through the window (an owner offline
+from 0 to 10⁹ with periods of 20 would otherwise cost 10⁸ events), and resumes when the window
+ends, in the state the periods would have reached: with exponential periods they are a two-state
+Markov chain, so the state at the window's end has a closed form given the state at the pause
+(:meth:`Alternating.resume`), and the period then under way is a fresh exponential (memoryless).
+The owner's law is unchanged; its own availability stream supplies the one draw.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable, Generator
 from pathlib import Path
 
@@ -41,6 +51,8 @@ class Availability:
         self._on_change = on_change
         self.on_gone = on_gone
         self.chains: list[Alternating] = []  # the owners' exponential periods (see :meth:`close`)
+        self.chain_of: dict[int, Alternating] = {}  # each owner's exponential periods, if it has any
+        self.pinned = [False] * owners  # held offline by a window whose end is known (periods pause)
 
     def online(self, owner: int) -> bool:
         """Whether ``owner`` is online now."""
@@ -61,6 +73,20 @@ class Availability:
             self.offline_time[owner] += self.env.now - self._since[owner]
             self._on_change(owner, True)
 
+    def pin(self, owner: int) -> None:
+        """A window takes the owner offline until its known end: its periods pause (module docstring)."""
+        self.pinned[owner] = True
+        self.hold(owner)
+
+    def unpin(self, owner: int) -> None:
+        """The window ends: the periods resume in the state they would have reached, then the
+        window lets go (so an owner the periods hold stays offline, with no row logged)."""
+        self.pinned[owner] = False
+        chain = self.chain_of.get(owner)
+        if chain is not None:
+            chain.resume()
+        self.release(owner)
+
     def away_until(self, owner: int, end: float) -> bool:
         """Whether ``owner``, offline until ``end``, can never answer again (reported gone if so)."""
         if end < self.until:
@@ -74,6 +100,7 @@ class Availability:
         for chain in self.chains:
             chain.__dict__.clear()
         self.chains.clear()
+        self.chain_of.clear()
         self._on_change = self.on_gone = None
 
     def downtime(self, owner: int) -> float:
@@ -89,7 +116,7 @@ class Alternating:
     fraction of time online is mean_online/(mean_online + mean_offline) from t = 0 on. The periods
     are a chain of one reused :class:`~dpmarket.schedule.sim.queue.Stage` (no process: a run has one such
     chain per owner), started as a process would be, at the current time before other events; it
-    stops once the owner has left.
+    stops once the owner has left, and pauses while a window holds the owner (module docstring).
     """
 
     def __init__(self, av: Availability, owner: int, mean_online: float, mean_offline: float,
@@ -99,7 +126,10 @@ class Alternating:
         self.periods = in_blocks(gen.standard_exponential, 16).__next__  # Exp(1) variates, scaled below
         self._begin, self._online_ends = [self.begin], [self.online_ends]
         self._offline_ends = [self.offline_ends]
+        self.paused_at: float | None = None  # when the chain paused under a window (None: running)
+        self.paused_offline = False  # the state the periods were in from then on
         av.chains.append(self)
+        av.chain_of[owner] = self
         self._at(self._begin, 0, URGENT)  # an int, as a process's start: t = 0 stays the int 0 in the log
 
     def _at(self, callbacks: list, delay: float | int, priority: int = NORMAL) -> None:
@@ -111,7 +141,9 @@ class Alternating:
         offline = self.gen.random() < self.mean_offline / (self.mean_online + self.mean_offline)
         if self.av.left[self.owner]:
             return
-        if offline:
+        if self.av.pinned[self.owner]:
+            self._pause(offline)
+        elif offline:
             self._go_offline()
         else:
             self._at(self._online_ends, self.mean_online * self.periods())
@@ -125,11 +157,42 @@ class Alternating:
 
     def offline_ends(self, _stage: Stage) -> None:
         self.av.release(self.owner)
-        self._at(self._online_ends, self.mean_online * self.periods())
+        if self.av.pinned[self.owner]:
+            self._pause(False)
+        else:
+            self._at(self._online_ends, self.mean_online * self.periods())
 
     def online_ends(self, _stage: Stage) -> None:
-        if not self.av.left[self.owner]:
+        if self.av.left[self.owner]:
+            return
+        if self.av.pinned[self.owner]:
+            self._pause(True)
+        else:
             self._go_offline()
+
+    def _pause(self, offline: bool) -> None:
+        """A window holds the owner: stop here, ``offline`` or not from now on, holding nothing."""
+        self.paused_at, self.paused_offline = self.av.env.now, offline
+
+    def resume(self) -> None:
+        """The window ends: draw the state the periods reached since the pause, and go on from it.
+
+        Online → offline at rate a = 1/mean_online, back at rate b = 1/mean_offline: after a time t
+        from a known state the chain is offline with probability π + (x − π)·e^{−(a+b)t}, with π =
+        a/(a+b) the stationary share offline and x = 1 if it was offline at the pause, else 0. The
+        period then under way lasts a fresh exponential (memoryless).
+        """
+        if self.paused_at is None or self.av.left[self.owner]:
+            return
+        a, b = 1.0 / self.mean_online, 1.0 / self.mean_offline
+        share = a / (a + b)
+        decay = math.exp(-(a + b) * (self.av.env.now - self.paused_at))
+        offline = self.gen.random() < share + (float(self.paused_offline) - share) * decay
+        self.paused_at = None
+        if offline:
+            self._go_offline()
+        else:
+            self._at(self._online_ends, self.mean_online * self.periods())
 
 
 def windows(av: Availability, owner: int,
@@ -148,11 +211,11 @@ def windows(av: Availability, owner: int,
             yield av.env.timeout(start - av.env.now)
         if av.left[owner]:
             return
-        av.hold(owner)
+        av.pin(owner)
         if av.away_until(owner, end):  # offline for good (its trace ended), or past the horizon
             return
         yield av.env.timeout(end - av.env.now)
-        av.release(owner)
+        av.unpin(owner)
 
 
 def read_trace(path: str, names: list[str]) -> dict[int, list[tuple[float, float]]]:

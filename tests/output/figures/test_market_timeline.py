@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 
 import pytest
+from helpers import answers_outside_membership
 
 from dpmarket.cli import main
 from dpmarket.output.results import market_timeline_data, run_and_write
@@ -22,6 +23,8 @@ def dynamic_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("dyn") / "run"
     s = scenario(REQUEST, WILLING, mode="dynamic", rule="progress", period=0.5, iterations=200, value=1.0)
     run_and_write(s.model_copy(update={"output": s.output.model_copy(update={"plots": True})}), out)
+    with open(out / "events.csv", newline="") as f:
+        assert answers_outside_membership(csv.DictReader(f)) == []  # every answer a member's
     return out
 
 

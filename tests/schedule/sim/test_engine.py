@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import simpy
 import tomli_w
+from helpers import PAPER_PRIVACY
 
 from dpmarket.errors import ScenarioError
 from dpmarket.output.results import write_owners
@@ -40,8 +41,10 @@ from dpmarket.schedule.sim import availability as avail
 from dpmarket.schedule.sim import exchange
 
 INF = float("inf")
+# The papers' privacy set-up (every owner budgets T answers), which the hand-checked stories assume.
 BASE = {"name": "engine", "seed": 11, "data": {"owners": 1, "records": 200, "features": 2},
-        "learner": {"iterations": 10**6}, "output": {"metric_points": 1, "plots": False}}
+        "privacy": PAPER_PRIVACY, "learner": {"iterations": 10**6},
+        "output": {"metric_points": 1, "plots": False}}
 
 
 def table(network: dict, owners: int = 1, iterations: int = 10**6, specs: list | None = None,

@@ -1,0 +1,55 @@
+"""Sizes that cannot fit: the machine's memory, and what a refusal says about it.
+
+A scenario can ask for arrays no machine holds (``data.records = 1e12``, ``data.features = 1e6``,
+a billion channels or replications, N × N arrays on 10⁵ owners). numpy would fail deep inside with
+a MemoryError traceback — or, worse, the system would start swapping. Each place that allocates in
+proportion to a user's size estimates, before any work, a lower bound of the bytes it needs, and
+:func:`shortfall` says whether that fits: a refusal then names the key, its value and the size it
+would need against the memory there is. The bound is a lower one (the arrays the stage cannot do
+without), so nothing that fits is refused.
+
+``DPMARKET_MEMORY`` (bytes, or with a unit: ``512M``, ``8G``) replaces the machine's memory, for a
+shared server's quota or for tests.
+"""
+
+from __future__ import annotations
+
+import os
+
+VARIABLE = "DPMARKET_MEMORY"
+UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def available() -> int:
+    """The memory a run may use, in bytes: ``DPMARKET_MEMORY`` if set (and readable), else the
+    machine's physical memory."""
+    given = os.environ.get(VARIABLE, "").strip().upper().removesuffix("B").removesuffix("I")
+    if given:
+        number, unit = (given[:-1], given[-1]) if given[-1] in UNITS else (given, "")
+        try:
+            return max(1, int(float(number) * UNITS[unit]))
+        except ValueError:
+            pass  # unreadable: the machine's own memory decides
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: no bound
+        return 2**62
+
+
+def size(count: float) -> str:
+    """Bytes for a reader: ``87.3 TiB``, ``512 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if count < 1024 or unit == "PiB":
+            return f"{count:.3g} {unit}"
+        count /= 1024
+    return f"{count:.3g} PiB"
+
+
+def shortfall(needed: float, what: str) -> str | None:
+    """None when ``needed`` bytes fit in :func:`available`; else the reason a refusal gives,
+    ``"<what> would need at least 87.3 TiB of memory; this machine has 23.4 GiB"``."""
+    have = available()
+    if needed <= have:
+        return None
+    where = f"{VARIABLE} allows" if os.environ.get(VARIABLE, "").strip() else "this machine has"
+    return f"{what} would need at least {size(needed)} of memory; {where} {size(have)}"

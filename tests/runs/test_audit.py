@@ -1,0 +1,196 @@
+"""The privacy audit catches broken owners and passes the real one.
+
+The broken variants are test-only subclasses of DataOwner put in the place the cohort builds owners
+from (monkeypatch: no switch of the product turns them on): noise halved, the answer cap ignored
+(the owner answers every query, its noise calibrated for m_i), the sensitivity off by 2 (noise for
+Ξ/n_i, the add/remove sensitivity, where replace-one needs 2Ξ/n_i). The scenario is small (two
+owners of 200 records, one feature, six exchanges, one answer each): 600 runs per world take about
+half a second, and decide every case by a margin (the bounds' confidence is built in: exact
+Clopper–Pearson at 95 %)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import tiny
+
+from dpmarket.cli import main
+from dpmarket.errors import AuditError
+from dpmarket.privacy import cohort
+from dpmarket.privacy.owners import DataOwner
+from dpmarket.runs.audit import audit, exact_answers, worst_case_canary
+
+RUNS = 600
+
+
+class NoiseHalved(DataOwner):
+    """Adds half the noise its guarantee needs."""
+
+    factor = 2.0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.scale /= self.factor
+        self.noise.scale /= self.factor
+
+
+class NoiseThirtieth(NoiseHalved):
+    factor = 30.0
+
+
+class Unbounded:
+    """A ledger that never refuses (what an owner ignoring its cap keeps)."""
+
+    def __init__(self) -> None:
+        self.answers = 0
+
+    def can_pay(self, charge=1) -> bool:
+        return True
+
+    def remaining(self, charge=1) -> int:
+        return 10**9
+
+    def try_pay(self, charge=1) -> bool:
+        self.answers += 1
+        return True
+
+
+class CapIgnored(DataOwner):
+    """Answers every query, its noise calibrated for m_i answers."""
+
+    def _ledger(self):
+        charge, _ = super()._ledger()
+        return charge, Unbounded()
+
+
+class SensitivityOffBy2(DataOwner):
+    """Calibrates its noise to Ξ/n_i (add/remove) while clipping at Ξ: replace-one needs 2Ξ/n_i."""
+
+    def __init__(self, index, name, data, loss, *, xi, **kwargs) -> None:
+        super().__init__(index, name, data, loss, xi=xi / 2, **kwargs)
+
+
+def scenario(theta_max: float = 0.1, rho: float | str = 3.0, **privacy):
+    """Two owners of 200 records, one feature in [−1, 1], labels in [−3, 3], θmax = 0.1, ε = 1 over one
+    answer each (capped at 1, six exchanges: each owner is asked once, then leaves)."""
+    privacy = {"epsilon": 1.0, "split": "capped", "cap": 1, **privacy}
+    if privacy["split"] == "horizon":
+        del privacy["cap"]
+    return tiny(data={"owners": 2, "records": 200, "features": 1, "generator": "whitened"},
+                model={"intercept": False, "theta_max": theta_max}, learner={"iterations": 6, "rho": rho},
+                privacy=privacy)
+
+
+CLIP = {"sensitivity": "clip", "clip": 0.5}
+
+
+def test_the_real_owner_passes_and_its_error_rates_are_the_laplace_law(monkeypatch):
+    """One Laplace answer of scale b, shifted by v = 4YX/n = 0.06 between the worlds (the canary: z = 1,
+    y = ±3): the likelihood ratio |a − μ₀| − |a − μ₁| ≥ t has probability e^−(t+v)/2b/2 under world 0
+    and its complement e^(t−v)/2b/2 under world 1 (−v < t ≤ v). The counts at the chosen threshold are
+    within 5 standard errors of that law, the estimate near ε·v/Δ (the canary reaches 12/12.4 of the
+    sensitivity here), and the bound below the claim."""
+    result = audit(scenario(), runs=RUNS, view="answers")
+    a = result.audits[0]
+    r, b, v = a.rates, result.noise_scale, 4 * 3.0 * 1.0 / 200
+    assert result.answers_seen == 1.0 and result.sensitivity == pytest.approx(2 * 2 * (3 + 0.1) / 200)
+    assert -v < r.threshold <= v
+    fpr, fnr = math.exp(-(r.threshold + v) / (2 * b)) / 2, math.exp((r.threshold - v) / (2 * b)) / 2
+    for measured, p, n in ((r.false_positive_rate, fpr, r.negatives),
+                           (r.false_negative_rate, fnr, r.positives)):
+        assert abs(measured - p) <= 5 * math.sqrt(p * (1 - p) / n)
+    assert result.passed and a.epsilon_lower < 1.0 < a.epsilon_lower + 0.5
+
+
+@pytest.mark.parametrize("variant, privacy", [(NoiseHalved, {}), (CapIgnored, {}),
+                                              (SensitivityOffBy2, CLIP)],
+                         ids=["noise halved", "cap ignored", "sensitivity off by 2"])
+def test_the_audit_catches_a_broken_owner(monkeypatch, variant, privacy):
+    """Each broken owner leaks at least twice the claimed ε; the audit proves more than the claim."""
+    monkeypatch.setattr(cohort, "DataOwner", variant)
+    result = audit(scenario(**privacy), runs=RUNS, view="answers")
+    assert not result.passed and result.epsilon_lower > 1.3
+
+
+def test_the_real_clipping_owner_passes():
+    """The sensitivity-off-by-2 case's honest twin: clipping at Ξ, noise for 2Ξ/n_i."""
+    result = audit(scenario(**CLIP), runs=RUNS, view="answers")
+    assert result.passed and result.sensitivity == pytest.approx(2 * 0.5 / 200)
+
+
+def test_the_published_model_alone_shows_only_a_gross_leak(monkeypatch):
+    """The model adversary (Fisher's discriminant on θ_L) passes the real owner and catches noise cut 30
+    times (three answers each, horizon split, θmax = 1 and ρ from the public twin, so that the model is
+    not pinned to the box): the published model carries far less than the answers."""
+    privacy = {"split": "horizon", "theta_max": 1.0, "rho": "auto"}
+    assert audit(scenario(**privacy), runs=RUNS, view="model").passed
+    monkeypatch.setattr(cohort, "DataOwner", NoiseThirtieth)
+    assert not audit(scenario(**privacy), runs=RUNS, view="model").passed
+
+
+def test_the_adversary_computes_the_owners_exact_answers():
+    """The adversary's μ(θ) for a world is what the owner would answer there before noise, at points of
+    Θ and far outside it (both project)."""
+    s = scenario(**CLIP)
+    from dpmarket.data import build_consortium
+    from dpmarket.learning.objective import Objective, make_loss
+
+    consortium = build_consortium(s, keep_records=True)
+    objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 0.1)
+    owner = cohort.build_owners(s, consortium, objective)[0]
+    thetas = np.array([[0.05], [-0.1], [7.0]])
+    got = exact_answers(owner.data, owner.loss, thetas, owner.clip, owner.norm, owner.theta_max)
+    assert np.allclose(got, np.array([owner.exact_answer(t) for t in thetas]), rtol=1e-12, atol=0)
+    canary = worst_case_canary(s, consortium)
+    assert canary.z.tolist() == [1.0] and (canary.label_in, canary.label_out) == (3.0, -3.0)
+
+
+def test_the_audit_by_one_run_counts_canaries(monkeypatch):
+    """One canary per feature per run: 400 runs of one feature are 400 guesses. The real owner's
+    correct guesses prove less than its ε; an owner whose noise is cut 30 times is caught."""
+    s = scenario(split="horizon")
+    real = audit(s, runs=400, method="one-run")
+    one = real.audits[0]
+    assert (one.canaries, one.guesses) == (400, 400) and real.passed
+    monkeypatch.setattr(cohort, "DataOwner", NoiseThirtieth)
+    assert not audit(s, runs=400, method="one-run").passed
+
+
+def test_the_command_writes_the_audit_and_exits_3_on_a_violation(tmp_path, capsys, monkeypatch):
+    """``dpmarket audit``: exit 0 and its files for the real owner; the documented exit status 3 for a
+    broken one; a bad --owner is one line, exit 2, nothing written."""
+    path = tmp_path / "s.toml"
+    path.write_text(scenario().to_toml(), encoding="utf-8")
+    out = tmp_path / "a"
+    assert main(["audit", str(path), "--runs", "200", "--view", "answers", "--out", str(out), "--quiet"]) == 0
+    assert {p.name for p in out.iterdir()} == {"scenario.toml", "summary.json", "audit.csv", "scores.csv"}
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["passed"] and summary["epsilon_claimed"] == 1.0 and summary["runs"] == 200
+    assert "verdict       PASS" in capsys.readouterr().out
+    monkeypatch.setattr(cohort, "DataOwner", NoiseHalved)
+    bad = tmp_path / "b"
+    assert main(["audit", str(path), "--runs", "600", "--view", "answers", "--out", str(bad), "--quiet"]) == 3
+    assert "VIOLATION" in capsys.readouterr().out
+    assert main(["audit", str(path), "--owner", "7", "--out", str(tmp_path / "c"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--owner 7: no such participant" in err and not (tmp_path / "c").exists()
+
+
+def test_a_market_in_time_is_refused():
+    s = tiny(market={"policy": "posted_price", "price": 1.0, "forecast": "law", "mode": "dynamic",
+                     "costs": {"kind": "quadratic", "coef": 0.5}})
+    with pytest.raises(AuditError, match="market.mode = 'dynamic'"):
+        audit(s, runs=10)
+
+
+def test_the_api_returns_the_table_and_writes_nothing_without_out(tmp_path, monkeypatch):
+    """dpmarket.audit: the table and every run's score as DataFrames, the verdict, no files unless out."""
+    import dpmarket
+
+    monkeypatch.chdir(tmp_path)
+    a = dpmarket.audit(scenario(), runs=200, view="answers")
+    assert a.passed and list(a.table["view"]) == ["answers"] and len(a.scores) == 400
+    assert a.table["epsilon_lower"][0] == a.summary["epsilon_lower"] and not any(tmp_path.iterdir())
