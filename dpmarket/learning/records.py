@@ -80,6 +80,7 @@ def _compiled():
         _loaded.append(compiled)
     return _loaded[0]
 
+
 _scratch = threading.local()  # per thread: Dask may run tasks in threads
 
 
