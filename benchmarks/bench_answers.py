@@ -18,9 +18,9 @@ rounds, each package figure measured in the same round as its reference; both ke
    numpy loop of Algorithm 1 computing the same mean gradient (row-major records, ``Z @ θ``, the logistic
    derivative, ``Z.T @ d / n``, ``rng.laplace``, ``np.clip``). Fed the run's owner sequence and its
    owners' own noise, the bare loop must end at the run's θ_L (10⁻⁹ relative: the kernels sum in other
-   orders). For information, the run with ψ at 11 points only (ψ at 200 points reads the 60,000 records
-   201 times, 0.6 of what the answers read), and one answer alone (``DataOwner.exact_answer``) against the
-   bare loop's three lines. Target: ≤ 0.3 × the bare loop.
+   orders). For information, the run with ψ at 11 points only (the run scores its 201 models together when
+   it finishes, reading the 60,000 records in tiles of points), and one answer alone
+   (``DataOwner.exact_answer``) against the bare loop's three lines. Target: ≤ 0.3 × the bare loop.
 2. Clipped squared loss (the many-banks reproduction, 50 banks × 10,000 loans, capped answers, L1 clip
    bound from the public twin): µs per update of ``train`` against a bare loop computing clipped
    per-example gradients (an n × p matrix, its L1 norms, the clip factors, the mean) and, for
