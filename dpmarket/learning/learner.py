@@ -51,22 +51,43 @@ class AsyncLearner:
         self.theta = np.zeros((N, dim))
         self.counts = np.zeros(N, dtype=np.int64)
         self.k = 0
+        self._scratch_of = None  # the learner whose scratch arrays these are (see _scratch)
 
     def query_point(self, owner: int) -> np.ndarray:
         """θ̄ = (θ_L + θ_i)/2, the point at which owner i is asked for its gradient."""
-        return 0.5 * (self.theta_L + self.theta[owner])
+        theta_bar = np.add(self.theta_L, self.theta[owner])
+        theta_bar *= 0.5
+        return theta_bar
 
     def update(self, owner: int, theta_bar: np.ndarray, answer: np.ndarray) -> None:
-        """Apply step 7 of Algorithm 1 with owner i's (noisy) answer Q̃_i at θ̄."""
+        """Apply step 7 of Algorithm 1 with owner i's (noisy) answer Q̃_i at θ̄.
+
+        Both steps are computed side by side in a scratch block (rows: θ_i's step, θ_L's), each
+        with the operations of the formula in its order, so the bits are the formula's; eight
+        small ufunc calls and no temporaries (at p ≈ 10 their calls are the cost)."""
         self.k += 1
         self.counts[owner] += 1
-        grad_g = (2.0 * self.lam) * theta_bar
         weight = self._share[owner]
         if self.weighting != "none":
             weight *= self._frequency_weight(owner)
-        step_i = theta_bar - self.step_owner * (grad_g / (2 * self.N) + weight * answer)
-        _project(step_i, self.theta_max, self.theta[owner])
-        _project(theta_bar - self.step_central * grad_g, self.theta_max, self.theta_L)
+        block, term = self._scratch()
+        own, central = block
+        grad_g = np.multiply(2.0 * self.lam, theta_bar, out=central)  # ∇g(θ̄) = 2λθ̄
+        np.divide(grad_g, 2 * self.N, out=own)
+        np.add(own, np.multiply(weight, answer, out=term), out=own)  # ∇g/(2N) + (n_i/n) Q̃_i
+        np.multiply(self._steps, block, out=block)  # rows times a_i and a_L
+        np.subtract(theta_bar, block, out=block)
+        _project(block, self.theta_max, block)
+        self.theta[owner] = own
+        self.theta_L[...] = central
+
+    def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """This learner's scratch arrays (a copy of the learner, ``copy.copy``, makes its own)."""
+        if self._scratch_of is not self:
+            p = self.theta_L.shape[0]
+            self._block, self._term, self._scratch_of = np.empty((2, p)), np.empty(p), self
+            self._steps = np.array([[self.step_owner], [self.step_central]])
+        return self._block, self._term
 
     def _frequency_weight(self, owner: int) -> float:
         share = (self.counts[owner] + 1.0) / (self.k + self.N)

@@ -38,10 +38,8 @@ def gradients(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray,
     thetas = np.ascontiguousarray(thetas, dtype=float)
     out = np.empty_like(thetas)
     if kernels.backend() == "numba":
-        from dpmarket.learning import compiled  # deferred: imports numba
-
         clip = limit is not None
-        compiled.gradients(ZT, y, limit if clip else _NO_LIMIT, clip, thetas, LOSS_CODES[loss], out)
+        _compiled().gradients(ZT, y, limit if clip else _NO_LIMIT, clip, thetas, LOSS_CODES[loss], out)
         return out
     n = len(y)
     step = max(1, GROUP_VALUES // max(1, n))
@@ -61,9 +59,7 @@ def sums(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray) -> np.nda
     thetas = np.ascontiguousarray(thetas, dtype=float)
     out = np.empty(len(thetas))
     if kernels.backend() == "numba":
-        from dpmarket.learning import compiled  # deferred: imports numba
-
-        compiled.sums(ZT, y, thetas, LOSS_CODES[loss], out)
+        _compiled().sums(ZT, y, thetas, LOSS_CODES[loss], out)
         return out
     step = max(1, GROUP_VALUES // max(1, len(y)))
     for start in range(0, len(thetas), step):
@@ -73,6 +69,18 @@ def sums(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray) -> np.nda
 
 
 _NO_LIMIT = np.zeros(0)
+_loaded = []  # dpmarket.learning.compiled once imported (an import statement per answer costs a µs)
+
+
+def _compiled():
+    """The compiled kernels' module, imported at its first use (it imports numba)."""
+    if not _loaded:
+        from dpmarket.learning import compiled
+
+        _loaded.append(compiled)
+    return _loaded[0]
+
+
 _scratch = threading.local()  # per thread: Dask may run tasks in threads
 
 

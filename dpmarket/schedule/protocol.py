@@ -1,8 +1,10 @@
 """One training run: the protocol between the learner and the owners, logged and measured.
 
 :class:`Training` performs exchanges (query → private answer or refusal → update) and records
-every step as an event and ψ(θ_L) at the chosen iterations. *Who* talks *when* is decided
-elsewhere: :func:`run_uniform` picks owners uniformly at random at the ticks of superposed
+every step as an event and ψ(θ_L) at the chosen iterations (the models are kept as the run reaches
+them and scored together when it finishes, :func:`dpmarket.learning.measure.psis`: the values
+:meth:`Objective.psi` gives each, with the records read once for all of them). *Who* talks *when* is
+decided elsewhere: :func:`run_uniform` picks owners uniformly at random at the ticks of superposed
 unit-rate Poisson clocks (the papers' model); the SimPy engine will call the same methods.
 """
 
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from dpmarket.learning import measure
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.learning.objective import Objective
 from dpmarket.privacy.owners import DataOwner
+from dpmarket.rng import in_blocks
 from dpmarket.schedule.events import Event, EventLog
 from dpmarket.schedule.sequence import OwnerSequence
 
@@ -53,6 +57,7 @@ class Training:
         self._record_at = iter(np.unique(record_at).tolist())
         self._due = next(self._record_at)
         self.metrics = Metrics()
+        self._models: list[np.ndarray] = []  # θ_L at the recorded iterations whose ψ is not measured yet
         self.stop_reason = ""
         # i_k, the owner of the k-th update (papers' Figs 4 and 9); kept exactly up to a million
         # planned updates, counted per block of k beyond (memory bounded whatever T)
@@ -134,16 +139,28 @@ class Training:
         return True
 
     def _measure(self) -> None:
-        """ψ of the published model if this iteration is one to record (k grows by one per update,
-        so it meets every recorded point in turn)."""
+        """Keep the published model if this iteration is one to record (k grows by one per update,
+        so it meets every recorded point in turn); its ψ is measured when the run finishes."""
         k = self.learner.k
         if k == self._due:
-            self.metrics.add(k, self.time, self.objective.psi(self.learner.model))
+            self._keep(k)
             self._due = next(self._record_at, -1)
 
+    def _keep(self, k: int) -> None:
+        """Record iteration k, its time and a copy of the model to score (once per k)."""
+        m = self.metrics
+        if not m.k or m.k[-1] != k:
+            m.k.append(k)
+            m.time.append(self.time)
+            self._models.append(np.array(self.learner.model, dtype=float))
+
     def finish(self) -> None:
-        """Make sure the last iteration is measured, whatever stopped the run."""
-        self.metrics.add(self.k, self.time, self.objective.psi(self.learner.model))
+        """Make sure the last iteration is recorded, whatever stopped the run, and measure ψ of the
+        models kept: one batch, each value the one :meth:`Objective.psi` gives it alone."""
+        self._keep(self.k)
+        if self._models:
+            self.metrics.psi.extend(measure.psis(self.objective, np.array(self._models)).tolist())
+            self._models = []
 
     @property
     def all_exhausted(self) -> bool:
@@ -171,20 +188,28 @@ def run_uniform(training: Training, iterations: int, selection: np.random.Genera
         return _run_rounds(training, iterations, clocks, float(len(training.owners)) if rates is None
                            else float(np.sum(rates)))
     clock = Superposition(len(training.owners), rates)
-    owners, time = training.owners, 0.0
+    # Exp(Σλ) waits are mean × standard exponential draws (numpy's own formula): drawn in blocks,
+    # scaled by the mean of their tick (it changes when an owner leaves) — clocks.exponential's values
+    owners, time, waits = training.owners, 0.0, in_blocks(clocks.standard_exponential, 16, WAITS).__next__
+    spent = sum(o.exhausted for o in owners)  # budgets spent: only an owner's own answers spend its own
     while training.k < iterations:
-        if training.all_exhausted:
+        if spent == len(owners):
             training.finish()
             return "budgets exhausted"
-        time += clocks.exponential(clock.mean_wait)
+        time += clock.mean_wait * waits()
         owner = clock.pick(selection)
-        if owners[owner].exhausted:
+        who = owners[owner]
+        if who.exhausted:
             training.leave(owner, time)
             clock.remove(owner)
         else:
             training.exchange(owner, time)
+            spent += who.exhausted
     training.finish()
     return "iterations"
+
+
+WAITS = 256  # the most standard exponential waits drawn at once (16 first, then doubling)
 
 
 def _run_rounds(training: Training, iterations: int, clocks: np.random.Generator, total: float) -> str:

@@ -41,6 +41,30 @@ def test_async_learner_is_algorithm_1(central, tmax):
     assert learner.k == T
 
 
+def test_a_copy_of_the_learner_updates_on_its_own():
+    """The replay runs a copy (copy.copy) of the learner beside it: the copy's updates, interleaved
+    with the original's, leave the original's models the ones it makes alone, and the copy makes its
+    own scratch arrays (a copy may run in another thread)."""
+    import copy
+
+    gen = np.random.default_rng(2)
+    sizes, p, T = np.array([100, 300, 50]), 4, 50
+    owners, answers = gen.integers(0, 3, T), gen.standard_normal((T, p))
+    alone = AsyncLearner(sizes, p, T, 2.0, 1e-3, 0.05)
+    for i, q in zip(owners, answers, strict=True):
+        alone.update(i, alone.query_point(i), q)
+    original = AsyncLearner(sizes, p, T, 2.0, 1e-3, 0.05)
+    original.update(0, original.query_point(0), answers[0])  # its scratch made before the copy
+    twin = copy.copy(original)
+    twin.theta_L, twin.theta, twin.counts, twin.k = np.zeros(p), np.zeros((3, p)), np.zeros(3, int), 0
+    original.theta_L[:], original.theta[:], original.k = 0.0, 0.0, 0
+    for i, q in zip(owners, answers, strict=True):
+        original.update(i, original.query_point(i), q)
+        twin.update(2 - i, twin.query_point(2 - i), -q)
+    assert np.array_equal(original.theta_L, alone.theta_L) and np.array_equal(original.theta, alone.theta)
+    assert twin._block is not original._block and not np.array_equal(twin.theta, original.theta)
+
+
 def test_inverse_frequency_weighting_scales_answers_by_the_smoothed_share():
     """Weighted learner fed q equals a plain learner fed q/(N π̂_i), π̂_i = (c_i+1)/(k+N)."""
     sizes, p, T, N = np.array([100, 100]), 2, 10, 2

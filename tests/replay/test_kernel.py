@@ -10,7 +10,9 @@ on a deliberately wrong kernel or schedule. The replay never applies an answer a
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from pathlib import Path
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 
 from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
-from dpmarket.learning import kernels
+from dpmarket.learning import kernels, measure
 from dpmarket.privacy.cohort import build_owners, member_view
 from dpmarket.replay import kernel as replay_module
 from dpmarket.runs.inline import train
@@ -101,19 +103,18 @@ CASES = {
 }
 
 
-class Recording:
-    """The objective of a run, keeping a copy of every model the run scores: the inline θ at each
-    recorded k (ψ is only ever asked of the published model)."""
+@contextmanager
+def recording(models: list):
+    """Keep a copy of every model the inline run scores (the published θ at each recorded k: the
+    run measures ψ of them together when it finishes, through measure.psis)."""
+    scored = measure.psis
 
-    def __init__(self, objective) -> None:
-        self._objective, self.models = objective, []
+    def keeping(objective, thetas):
+        models.extend(np.array(thetas, copy=True))
+        return scored(objective, thetas)
 
-    def __getattr__(self, name):
-        return getattr(self._objective, name)
-
-    def psi(self, theta: np.ndarray) -> float:
-        self.models.append(np.array(theta, copy=True))
-        return self._objective.psi(theta)
+    with patch.object(measure, "psis", keeping):
+        yield
 
 
 def setup(case: str):
@@ -129,11 +130,12 @@ def deal(market):
 
 def inline(scenario, prepared, market, seed: int, events: Path):
     """The reference: the inline run of ``seed`` (run.train, as run.execute calls it), with its models."""
-    recording = Recording(prepared.objective)
-    run = train(scenario.model_copy(update={"seed": seed}), prepared.consortium, recording, *deal(market),
-                events_path=events)
+    models: list[np.ndarray] = []
+    with recording(models):
+        run = train(scenario.model_copy(update={"seed": seed}), prepared.consortium, prepared.objective,
+                    *deal(market), events_path=events)
     metrics = run.training.metrics
-    return run, metrics, np.array(recording.models[:len(metrics.k)])
+    return run, metrics, np.array(models[:len(metrics.k)])
 
 
 def replayed_events(scenario, prepared, market, cell, r: int, path: Path) -> None:
