@@ -37,6 +37,7 @@ MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 
 EVERY_LEVER = {**{k: v for k, v in MARKET.items() if k != "policy"}, "offer_epsilon": 2.0, "budget": 5.0,
                "winners": 2, "price_per_record": 0.01}
 
+OFFERED_MARKET = {**MARKET, "offer_epsilon": 2.0}  # every policy of the market stage can settle it
 
 def merged(table: dict, sections: dict) -> dict:
     """``table`` with ``sections`` merged in: a dict into the section of its name, anything else
@@ -241,3 +242,10 @@ def published(directory: Path) -> dict[str, bytes]:
         if name in out:
             out[name] = json.dumps(publish.what_was_computed(json.loads(out[name]))).encode()
     return out
+
+
+def market_scenario(owners: list | None = None, **market) -> Scenario:
+    """3 tiny owners in :data:`OFFERED_MARKET` (``market`` changes it); owner 2 is so averse (c = 10)
+    that a price of 1 cannot buy ε_min = 0.5... almost."""
+    specs = owners if owners is not None else [{}, {}, {"cost_coef": 10.0}]
+    return tiny(market={**OFFERED_MARKET, **market}, owners=specs)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import MARKET, ROOT, market_toml, tiny
+from helpers import MARKET, OFFERED_MARKET, ROOT, market_toml, tiny
 
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
@@ -126,3 +126,21 @@ def test_a_market_runs_topology_carries_the_budgets_sold(tmp_path):
     drawn = {name: d["epsilon"] for name, d in graph.nodes(data=True) if d["kind"] == "owner"}
     sold = dict(zip(result.consortium.names, result.market.outcome.epsilon.tolist(), strict=True))
     assert drawn == pytest.approx(sold) and sorted(set(sold.values())) == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("change, key", [
+    ({"market": {**OFFERED_MARKET, "epsilon_min": 30.0}}, "market.epsilon_min"),
+    ({"market": {**OFFERED_MARKET, "policy": "take_it_or_leave_it", "offer_epsilon": None}},
+     "market.offer_epsilon"),
+    ({"market": {**OFFERED_MARKET, "policy": "procurement"}}, "market.budget"),
+    ({"market": {**OFFERED_MARKET, "costs": {"distribution": "uniform", "low": 2.0}}}, "market.costs.low"),
+    ({"owners": [{"cost_coef": 1.0}]}, "owners.0.cost_coef"),
+    ({"market": {**OFFERED_MARKET, "costs": {"kind": "cubic"}}}, "market.costs.kind"),
+])
+def test_bad_market_keys_are_scenario_errors_naming_the_key(change, key):
+    table = {k: v for k, v in change.items()}
+    if "market" in table:
+        table["market"] = {k: v for k, v in table["market"].items() if v is not None}
+    with pytest.raises(ScenarioError) as err:
+        tiny(**table)
+    assert err.value.key == key
