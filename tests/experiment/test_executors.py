@@ -51,7 +51,7 @@ def test_a_thousand_workers_for_three_tasks_start_three_processes(tiny_file, tmp
         return real(max_workers=max_workers, **options)
 
     monkeypatch.setattr(executors, "ProcessPoolExecutor", pool)
-    assert main(sweep(tiny_file, tmp_path / "out", "--executor", "process", "--workers", out="1000")) == 0
+    assert main(sweep(tiny_file, tmp_path / "out", "--executor", "process", "--workers", "1000")) == 0
     assert started == [3]
 
 
