@@ -162,17 +162,6 @@ def test_another_seed_changes_the_run(tmp_path):
     assert (a / "events.csv").read_bytes() != (b / "events.csv").read_bytes()
 
 
-def test_overrides_reach_lists_and_inline_tables(tmp_path, capsys):
-    path = scenario(tmp_path, extra='[[owners]]\nname = "first"\n')
-    assert main(["validate", str(path), "--set", "owners.0.epsilon=2.5", "--set",
-                 'data.records={distribution="pareto",alpha=2.0,minimum=100}', "--set",
-                 "data.kind=length_of_stay"]) == 0
-    out = capsys.readouterr().out
-    assert "epsilon = 2.5" in out and 'distribution = "pareto"' in out and "length_of_stay" in out
-    assert main(["validate", str(path), "--set", "owners.3.epsilon=1"]) == 2
-    assert "owners.3" in capsys.readouterr().err
-
-
 def test_a_public_proxy_that_cannot_be_built_is_one_line_naming_the_hold_out(tmp_path):
     """learner.rho = "auto" on a table whose hold-out has fewer rows than features: exit 2, no run."""
     data = tmp_path / "t.csv"

@@ -11,7 +11,6 @@ from scipy import stats
 from dpmarket.data import build_consortium
 from dpmarket.data.problem import prepare
 from dpmarket.data.proxy import floor_terms, public_info, resolve_step, twin_seed
-from dpmarket.errors import ScenarioError
 from dpmarket.learning.objective import OwnerData, clip_margins, make_loss
 from dpmarket.learning.stepsize import STABILITY_LIMIT, auto_rho, floor_law, stability_number
 from dpmarket.privacy.cohort import build_owners, sensitivity
@@ -199,19 +198,3 @@ def test_auto_rho_for_the_hinge_borrows_the_logistic_losss_curvature():
     assert step.rho == resolve_step(logistic, consortium, consortium.sizes).rho
     assert "the logistic loss's curvature standing in for the hinge's" in step.source
     validate({"name": "svm", "data": {"kind": "card_fraud"}, "model": {"loss": "hinge"}}, "svm.toml")
-
-
-@pytest.mark.parametrize("sections, key", [
-    ({"learner": {"algorithm": "sync"}}, "learner.rho"),
-    ({"learner": {"algorithm": "sync_averaged"}}, "learner.rho"),
-    ({"privacy": {"sensitivity": "clip", "clip": 0.0}}, "privacy.clip"),
-    ({"privacy": {"sensitivity": "clip", "clip": "sometimes"}}, "privacy.clip"),
-    ({"learner": {"auto_stability": 1.5}}, "learner.auto_stability"),
-])
-def test_impossible_automatic_settings_are_refused_naming_the_key(sections, key):
-    table = {"name": "b", "data": {"owners": 3, "records": 300}}
-    for section, values in sections.items():
-        table[section] = {**table.get(section, {}), **values}
-    with pytest.raises(ScenarioError) as err:
-        validate(table, "bad.toml")
-    assert err.value.key == key and "bad.toml" in str(err.value)

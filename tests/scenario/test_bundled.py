@@ -8,10 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import (
-    ROOT,
-    answers_outside_membership,
-)
+from helpers import ROOT, answers_outside_membership
 
 from dpmarket.cli import main
 from dpmarket.errors import ScenarioError
