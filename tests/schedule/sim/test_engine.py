@@ -1,4 +1,5 @@
-"""The SimPy engine: event order on hand-checked scenarios, determinism, validation.
+"""The SimPy engine: event order on hand-checked scenarios, determinism, availability traces (the
+network keys' refusals are in tests/scenario/test_schema.py and test_checks.py).
 
 Forced-timing tests make the timing certain with outage windows and fast clocks: an owner with
 clock rate 50–1000 that comes back online at time t ticks within a few milliseconds, so its
