@@ -181,7 +181,7 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
     law, N = LawForecast(build_inputs(s, prepared.consortium)), len(prepared.consortium.owners)
     columns, psi, levels, masks = [], [], [], []
     for (members, epsilon), seeds in _by_group(pilot_plan(s, N)).items():
-        psi.append(final_psis(s, seeds, data, target, np.array(members), np.full(N, epsilon)))
+        psi.append(final_psis(s, seeds, data, target, np.array(members), epsilons=np.full(N, epsilon)))
         mask = np.isin(np.arange(N), members)
         levels.append(epsilon)
         masks.append(mask)

@@ -84,8 +84,8 @@ def shapley_cost(repeats: int, cache: Path) -> None:
     forecast, _ = calibration.resolve(s, prepared.consortium, prepared.objective, cache)
     sellers = sellers_of(s, prepared)
     eps, everyone = np.full(20, 10.0), np.ones(20, bool)
-    phi = pm.shapley(sellers, forecast, s.market, eps, everyone, s.seed)
-    t = best_of(repeats, lambda: pm.shapley(sellers, forecast, s.market, eps, everyone, s.seed))
+    phi = pm.shapley(sellers, forecast, s.market, eps, everyone, seed=s.seed)
+    t = best_of(repeats, lambda: pm.shapley(sellers, forecast, s.market, eps, everyone, seed=s.seed))
     codes = np.arange(1 << 20)
     masks = ((codes[:, None] >> np.arange(19, -1, -1)) & 1).astype(bool)
     reference = best_of(1, lambda: forecast.coalitions(eps, sellers.records, masks))
@@ -109,9 +109,10 @@ def sensitivity(cache: Path) -> None:
     for scale in (1 / 1.5, 1.0, 1.5):
         f = replace(forecast, c2=forecast.c2 * scale)
         outcomes = [pm.settle(name, sellers, f, s.market, s.seed) for name in POLICIES]
-        best = properties.references(sellers, f, s.market, outcomes)
+        best, first_best = properties.references(sellers, f, s.market, outcomes)
         for o in outcomes:
-            table = properties.evaluate(o, np.array([]), sellers, f, s.market, s.seed, *best)
+            table = properties.evaluate(o, np.array([]), sellers, f, s.market, seed=s.seed, best=best,
+                                        first_best=first_best)
             row = properties.policy_row(table, o)
             print(f"   {scale:>5.2f} {o.policy:<20} {row['participants']:>6} {o.psi_forecast:>9.4g} "
                   f"{row['efficiency']:>10.3f} {row['misreport_gain_share']:>10.2f} "

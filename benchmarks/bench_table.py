@@ -43,7 +43,7 @@ def stages(scenario) -> dict[str, float]:
     n = len(frame)
     held = np.flatnonzero((np.arange(n) >= n - spec.holdout) & parsed.keep)
     transform = preprocess.fit(spec, parsed.take(held), spec.numeric, spec.categorical,
-                               d.feature_bound, d.label_bound, d.path)
+                               d.feature_bound, y_bound=d.label_bound, source=d.path)
     out["fit on hold-out"], t = time.perf_counter() - t, time.perf_counter()
     _, groups, _ = form_owners(spec, d.path, parsed.partition,
                                np.flatnonzero((np.arange(n) < n - spec.holdout) & parsed.keep))

@@ -420,7 +420,8 @@ def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None
     """``dpmarket run --replications R``: R runs on the replication seeds of the run seed."""
     from dpmarket.experiment import tables
 
-    plan, how = _plan(scenario, seed, overrides, [], replications, out, executor, workers, progress)
+    plan, how = _plan(scenario, seed, overrides, [], replications, out=out, executor=executor,
+                      workers=workers, progress=progress)
     (records,) = _records(plan, out, how, keep_metrics=True)
     summary = {**_identity(plan), **tables.cell_summary(records), **tables.cell_guarantee(plan.base)}
     return Replications(plan.cells[0].scenario, summary, _runs_frame(plan, [records]),
@@ -430,7 +431,7 @@ def replicate(scenario: ScenarioLike, replications: int, seed: int | None = None
 
 @checked
 def sweep(scenario: ScenarioLike, grid: Mapping[str, Sequence] | Iterable[str], replications: int = 1,
-          seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
+          seed: int | None = None, overrides: Overrides = None, *, out: str | Path | None = None,
           executor: str = "process", workers: int | None = None, progress: bool = False) -> Sweep:
     """``dpmarket sweep``: every combination of the grid's values (``{"privacy.epsilon": [1, 10]}``
     or ``["privacy.epsilon=1,10"]``), each replicated on the same seeds."""
@@ -438,8 +439,8 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Sequence] | Iterable[str], 
 
     from dpmarket.experiment import tables
 
-    plan, how = _plan(scenario, seed, overrides, grid_texts(grid), replications, out, executor,
-                      workers, progress)
+    plan, how = _plan(scenario, seed, overrides, grid_texts(grid), replications, out=out,
+                      executor=executor, workers=workers, progress=progress)
     by_cell = _records(plan, out, how, keep_metrics=False)
     rows, fit, why = tables.sweep_rows(plan.cells, by_cell)
     summary = {**_identity(plan), "cells": len(plan.cells), "privacy": tables.guarantees(plan.cells),
@@ -458,7 +459,7 @@ def grid_texts(grid: Mapping[str, Sequence] | Iterable[str]) -> list[str]:
     return [str(text) for text in grid]
 
 
-def _plan(scenario, seed, overrides, grid: list[str], replications: int, out, executor: str,
+def _plan(scenario, seed, overrides, grid: list[str], replications: int, *, out, executor: str,
           workers: int | None, progress: bool):
     """The experiment's plan (every cell validated) and how to execute it, as the commands check them."""
     from dpmarket.experiment import command
@@ -595,7 +596,7 @@ class MarketComparison:
 
 @checked
 def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: int = 1,
-           seed: int | None = None, overrides: Overrides = None, out: str | Path | None = None, *,
+           seed: int | None = None, overrides: Overrides = None, *, out: str | Path | None = None,
            workers: int = 1, progress: bool = False, properties: bool = False) -> MarketComparison:
     """``dpmarket market``: every policy settled on the same owners and forecast, each trained on the
     same ``replications`` seeds (the scenario's own seed for one); ``properties`` adds the property
@@ -649,7 +650,7 @@ class Audit:
 
 @checked
 def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = None, seed: int | None = None,
-          overrides: Overrides = None, out: str | Path | None = None, *, view: str = "both",
+          overrides: Overrides = None, *, out: str | Path | None = None, view: str = "both",
           method: str = "worlds", confidence: float = 0.95, progress: bool = False) -> Audit:
     """Audit one owner's privacy empirically (``dpmarket audit``): ``runs`` runs of each of two
     neighbouring worlds (default 2,000; with ``method="one-run"``, runs in all, default 1) and an
@@ -669,7 +670,8 @@ def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = N
 
         out = Path(out)
         directories.check(out, results.audit_identity(resolved, facts))
-    result = run_audit(resolved, owner, runs, view, method, confidence, progress=progress_of(progress))
+    result = run_audit(resolved, owner, runs, view, method, confidence=confidence,
+                       progress=progress_of(progress))
     if out is not None:
         results.write_audit(result, out, facts, resolved.output.plots)
     return Audit(resolved, results.audit_summary(result, facts), pd.DataFrame(result.rows()),

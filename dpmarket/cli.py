@@ -325,7 +325,7 @@ def _timeline(args: argparse.Namespace) -> int:
         return 0
     from dpmarket.output.figures import timeline as timeline_plot
 
-    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, args.table))
+    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, table=args.table))
     return 0
 
 
@@ -365,7 +365,7 @@ def _audit(args: argparse.Namespace) -> int:
     facts = results.audit_settings(args.owner, runs, args.view, args.method, args.confidence)
     out = args.out or results.default_audit_dir(scenario, facts)
     directories.check(out, results.audit_identity(scenario, facts))  # before the work: other results stay
-    result = audit(scenario, args.owner, runs, args.view, args.method, args.confidence,
+    result = audit(scenario, args.owner, runs, args.view, args.method, confidence=args.confidence,
                    progress=progress_of(not args.quiet))
     results.write_audit(result, out, facts, scenario.output.plots)
     print(console.audit_table(result, out))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -36,6 +37,7 @@ MARKET = {"policy": "posted_price", "price": 1.0, "value": 10.0, "epsilon_min": 
 EVERY_LEVER = {**{k: v for k, v in MARKET.items() if k != "policy"}, "offer_epsilon": 2.0, "budget": 5.0,
                "winners": 2, "price_per_record": 0.01}
 
+OFFERED_MARKET = {**MARKET, "offer_epsilon": 2.0}  # every policy of the market stage can settle it
 
 def merged(table: dict, sections: dict) -> dict:
     """``table`` with ``sections`` merged in: a dict into the section of its name, anything else
@@ -202,3 +204,48 @@ def answers_outside_membership(rows) -> list[str]:
         elif r["kind"] == "response" and not member.get(r["owner"], False):
             found.append(f"owner {r['owner']} answered at t = {r['time']} outside the market")
     return found
+
+
+# ------------------------------------------------------------------ experiments (tests/experiment/)
+
+GRID = ["privacy.epsilon=1,10", "data.records=200,400"]
+SWEEP_FILES = ("sweep.csv", "sweep_owners.csv")
+
+
+def plan(kind="sweep", grid=GRID, replications=3, **sections):
+    """An experiment's plan on :func:`tiny` (``sections`` change it): a sweep over ``grid``, or
+    ``kind="replications"``."""
+    from dpmarket.experiment.study import make_plan
+
+    return make_plan(kind, tiny(**sections), grid if kind == "sweep" else [], replications, "t.toml")
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def files(directory: Path, names=SWEEP_FILES) -> dict[str, bytes]:
+    return {n: (directory / n).read_bytes() for n in names}
+
+
+def published(directory: Path) -> dict[str, bytes]:
+    """Every result file of an experiment directory, with the JSON document's how-it-was-made
+    keys (executor, workers, scheduler, reused replications, wall time) left out."""
+    from dpmarket.experiment import publish
+
+    out = {}
+    for path in sorted(directory.iterdir()):
+        if path.is_file() and not path.name.startswith("."):
+            out[path.name] = path.read_bytes()
+    for name in ("sweep.json", "summary.json"):
+        if name in out:
+            out[name] = json.dumps(publish.what_was_computed(json.loads(out[name]))).encode()
+    return out
+
+
+def market_scenario(owners: list | None = None, **market) -> Scenario:
+    """3 tiny owners in :data:`OFFERED_MARKET` (``market`` changes it); owner 2 is so averse (c = 10)
+    that a price of 1 cannot buy ε_min = 0.5... almost."""
+    specs = owners if owners is not None else [{}, {}, {"cost_coef": 10.0}]
+    return tiny(market={**OFFERED_MARKET, **market}, owners=specs)

@@ -7,8 +7,10 @@ from itertools import islice
 
 import numpy as np
 import pytest
+from helpers import ks_accepts
 from hypothesis import given
 from hypothesis import strategies as st
+from scipy import stats
 
 from dpmarket import rng
 from dpmarket.rng import STREAMS, in_blocks, stream, streams
@@ -73,3 +75,22 @@ def test_blocks_grow_up_to_the_most():
 
     list(islice(in_blocks(draw, 16, 100), 400))
     assert sizes == [16, 32, 64, 100, 100, 100]
+
+
+def test_replication_seeds_are_distinct_and_prefix_stable():
+    seeds = rng.replication_seeds(7, 200)
+    assert len(set(seeds)) == 200 and rng.replication_seeds(7, 20) == seeds[:20]
+    assert set(seeds).isdisjoint(rng.replication_seeds(8, 200))
+
+
+def test_replication_noise_streams_are_independent_laplace_draws():
+    """The first noise draw of owner 0 under 2,000 replication seeds: Laplace(0, 1) by KS, and no
+    lag-1 correlation (within 5 SE = 5/sqrt(n)); the same seed repeated must fail both."""
+    def first_draws(seeds):
+        return np.array([rng.stream(s, "noise", 0).laplace() for s in seeds])
+
+    draws = first_draws(rng.replication_seeds(2024, 2000))
+    assert ks_accepts(draws, stats.laplace)
+    assert abs(np.corrcoef(draws[:-1], draws[1:])[0, 1]) < 5 / np.sqrt(len(draws))
+    repeated = first_draws([rng.replication_seeds(2024, 1)[0]] * 2000)
+    assert not ks_accepts(repeated, stats.laplace)

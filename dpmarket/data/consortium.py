@@ -88,8 +88,8 @@ def _generated(scenario: Scenario, keep: bool) -> Consortium:
     def make(i: int) -> OwnerData:
         block = synthetic.generate_owner(profile, pop, int(sizes[i]),
                                          scenario.owner_value(i, "shift"), d.feature_bound,
-                                         d.label_bound, noise, streams.stream(seed, "data", i),
-                                         d.generator)
+                                         y_bound=d.label_bound, noise=noise,
+                                         gen=streams.stream(seed, "data", i), generator=d.generator)
         return OwnerData.from_block(block, m.intercept, keep)
 
     # Each owner has its own stream, so threads change the speed, never the records. numpy

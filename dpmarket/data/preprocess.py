@@ -96,7 +96,7 @@ def level_codes(values: np.ndarray, levels: tuple[str, ...]) -> np.ndarray:
 
 
 def fit(spec: Table, public: Columns, numeric_names: list[str], categorical_names: list[str],
-        x_bound: float, y_bound: float, source: str = "") -> PublicTransform:
+        x_bound: float, *, y_bound: float, source: str = "") -> PublicTransform:
     """Fit the transform of ``spec`` on the hold-out records ``public`` (and nothing else).
 
     ``source`` names the file in the error raised when PCA asks for more components than

@@ -311,7 +311,8 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
     N, share_max = len(sizes), float(np.max(sizes) / np.sum(sizes))
     info = public_info(step_scenario(scenario), consortium)
     curvature, h_min = info.owner_curvature, float(info.eigenvalues[0])
-    rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min, lr.auto_decay, lr.auto_stability)
+    rho = auto_rho(N, lr.iterations, lam, share_max, curvature, h_min=h_min, decay=lr.auto_decay,
+                   fraction=lr.auto_stability)
     if not (np.isfinite(rho) and rho > 0):
         raise ScenarioError(scenario.source, "learner.rho", "auto",
                             f"derived a step of {rho!r} (curvature bound {curvature!r}, smallest "
@@ -321,7 +322,7 @@ def resolve_step(scenario, consortium, sizes: np.ndarray) -> StepSize:
         scenario.model.loss == "hinge" else ""
     source = (f"auto: min({lr.auto_decay:g}·(N+1)Tσ/h_min, {lr.auto_stability:g} × stability limit) "
               f"from the {info.source}{stand_in}")
-    return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature))
+    return StepSize(rho, source, stability_number(rho, N, lr.iterations, lam, share_max, curvature=curvature))
 
 
 def step_scenario(scenario: Scenario) -> Scenario:

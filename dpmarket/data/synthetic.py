@@ -107,7 +107,7 @@ GENERATORS = ("whitened", "correlated")
 
 
 def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
-                   y_bound: float, noise: float, gen: np.random.Generator,
+                   *, y_bound: float, noise: float, gen: np.random.Generator,
                    generator: str = "whitened") -> np.ndarray:
     """One owner's records as a block of shape (p + 2, n): features, a row of ones, labels.
 
@@ -116,22 +116,22 @@ def generate_owner(profile: Profile, pop: Population, n: int, shift: float, x_bo
     Features are clipped into ``[−x_bound, x_bound]`` and labels into ``[−y_bound, y_bound]``.
     """
     if generator == "whitened":
-        return _whitened_owner(profile, pop, n, shift, x_bound, y_bound, noise, gen)
+        return _whitened_owner(profile, pop, n, shift, x_bound, y_bound=y_bound, noise=noise, gen=gen)
     if generator != "correlated":
         raise ValueError(f"Unknown generator {generator!r}; expected one of {', '.join(GENERATORS)}")
-    return _correlated_owner(profile, pop, n, shift, x_bound, y_bound, noise, gen)
+    return _correlated_owner(profile, pop, n, shift, x_bound, y_bound=y_bound, noise=noise, gen=gen)
 
 
 def _whitened_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
-                    y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+                    *, y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
     """Independent features of equal variance; owners differ in their coefficients (regression)."""
     block, X = _new_block(len(pop.coef), n, gen)
     X *= profile.feature_scale
     if profile.task == "classification":
         X += shift * profile.feature_scale * gen.standard_normal((len(pop.coef), 1))
-        return _classes(profile, pop, X, block, shift, x_bound, gen)
+        return _classes(profile, pop, X, block, shift, x_bound=x_bound, gen=gen)
     coef = pop.coef + shift * np.sqrt(np.mean(pop.coef**2)) * gen.standard_normal(len(pop.coef))
-    return _regression(profile, block, coef, 0.0, x_bound, y_bound, noise, gen)
+    return _regression(profile, block, coef, 0.0, x_bound, y_bound=y_bound, noise=noise, gen=gen)
 
 
 def _new_block(p: int, n: int, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +144,7 @@ def _new_block(p: int, n: int, gen: np.random.Generator) -> tuple[np.ndarray, np
 
 
 def _regression(profile: Profile, block: np.ndarray, coef: np.ndarray, offset: float, x_bound: float,
-                y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+                *, y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
     """Clip the features, then labels coefᵀx + offset + noise, clipped into [−y_bound, y_bound]."""
     p, n = len(coef), block.shape[1]
     np.clip(block[:p], -x_bound, x_bound, out=block[:p])
@@ -156,7 +156,7 @@ def _regression(profile: Profile, block: np.ndarray, coef: np.ndarray, offset: f
 
 
 def _classes(profile: Profile, pop: Population, X: np.ndarray, block: np.ndarray, shift: float,
-             x_bound: float, gen: np.random.Generator) -> np.ndarray:
+             *, x_bound: float, gen: np.random.Generator) -> np.ndarray:
     """Labels ±1 of an imbalanced class whose features are shifted along the signature."""
     n, p = X.shape[1], X.shape[0]
     prior = np.log(profile.positive_rate / (1 - profile.positive_rate))
@@ -168,7 +168,7 @@ def _classes(profile: Profile, pop: Population, X: np.ndarray, block: np.ndarray
 
 
 def _correlated_owner(profile: Profile, pop: Population, n: int, shift: float, x_bound: float,
-                      y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
+                      *, y_bound: float, noise: float, gen: np.random.Generator) -> np.ndarray:
     """The generator of dpmarket ≤ 0.1: AR(1) features shifted per owner, a label offset."""
     p = len(pop.coef)
     block, X = _new_block(p, n, gen)
@@ -179,9 +179,9 @@ def _correlated_owner(profile: Profile, pop: Population, n: int, shift: float, x
     X *= profile.feature_scale
     X += shift * gen.standard_normal((p, 1))
     if profile.task == "classification":
-        return _classes(profile, pop, X, block, shift, x_bound, gen)
+        return _classes(profile, pop, X, block, shift, x_bound=x_bound, gen=gen)
     offset = pop.intercept + 0.5 * shift * gen.standard_normal()
-    return _regression(profile, block, pop.coef, offset, x_bound, y_bound, noise, gen)
+    return _regression(profile, block, pop.coef, offset, x_bound, y_bound=y_bound, noise=noise, gen=gen)
 
 
 def _label_noise(profile: Profile, sd: float, n: int, gen: np.random.Generator) -> np.ndarray:

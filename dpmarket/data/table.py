@@ -82,12 +82,12 @@ def load_owners(scenario: Scenario) -> TableOwners:
     records = parsed.take(np.concatenate(groups))
     codes = transform.codes(records)
     X, y, clipped = _transformed(transform, records, codes, d.feature_bound, d.label_bound,
-                                 spec.label == "sign")
+                                 classes=spec.label == "sign")
     bounds = np.cumsum([0] + [len(g) for g in groups])
     blocks = [_block(X[a:b], y[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     public = parsed.take(np.flatnonzero(public & parsed.keep))
     hx, hy, _ = _transformed(transform, public, transform.codes(public), d.feature_bound,
-                             d.label_bound, spec.label == "sign")
+                             d.label_bound, classes=spec.label == "sign")
     report = {"data_path": path, "rows_read": n, "holdout_rows": held,
               "rows_dropped_missing": int(np.sum(~parsed.keep)),
               "missing_by_column": parsed.missing_by_column, **dropped,
@@ -104,7 +104,7 @@ def _fit_on_holdout(scenario: Scenario, parsed: Parsed, held: np.ndarray) -> tup
     if spec.holdout and len(held) == 0:
         raise DataError(d.path, None, f"all {spec.holdout} hold-out rows have missing values")
     transform = preprocess.fit(spec, parsed.take(held), spec.numeric, spec.categorical,
-                               d.feature_bound, d.label_bound, d.path)
+                               d.feature_bound, y_bound=d.label_bound, source=d.path)
     _check_transform(scenario, transform)
     return transform, int(len(held))
 
@@ -366,7 +366,7 @@ def _named(scenario: Scenario, names: list[str], path: str) -> list[str]:
 
 
 def _transformed(transform: PublicTransform, cols: Columns, codes: np.ndarray, x_bound: float,
-                 y_bound: float, classes: bool) -> tuple[np.ndarray, np.ndarray, dict]:
+                 y_bound: float, *, classes: bool) -> tuple[np.ndarray, np.ndarray, dict]:
     """Owners' features and labels after the public transform, clipped into the declared bounds."""
     X, y = transform.features(cols, codes), transform.labels(cols.labels)
     outside = np.abs(X) > x_bound

@@ -98,7 +98,7 @@ def pinned(scenario: Scenario) -> Scenario:
 
 def compare(scenario: Scenario, policies: list[str], replications: int = 1,
             cache: Path | None = None, workers: int = 1,
-            progress: bool | Progress = False, properties: bool = False) -> Comparison:
+            *, progress: bool | Progress = False, properties: bool = False) -> Comparison:
     """Settle every policy on the same sellers and forecast, then train each on the same seeds.
 
     The data are fixed at the scenario's data seed, so replications vary only the run's
@@ -121,7 +121,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     outcomes = [settle(name, sellers, forecast, base.market, base.seed) for name in policies]
     trained = [o for o in outcomes if o.participates.any()]  # nobody takes part: nothing to train
     jobs = [(o.members, o.epsilon, seed) for o in trained for seed in seeds]
-    psi = iter(final_psi(base, consortium, objective, jobs, workers, progress))
+    psi = iter(final_psi(base, consortium, objective, jobs, workers, progress=progress))
     results = [PolicyResult(o, np.array([next(psi) for _ in seeds] if o.participates.any() else [],
                                         dtype=float)) for o in outcomes]
     comparison = Comparison(base, results, seeds, source, forecast.to_dict(), list(consortium.names),
@@ -133,7 +133,8 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
         bar.update()
         table = []
         for r in results:
-            table.append(lab.evaluate(r.outcome, r.psi, sellers, forecast, base.market, base.seed, *best))
+            table.append(lab.evaluate(r.outcome, r.psi, sellers, forecast, base.market, seed=base.seed,
+                                      best=best[0], first_best=best[1]))
             bar.update()
     return replace(comparison, properties=table, best=best)
 
@@ -227,7 +228,7 @@ def write(c: Comparison, target: Path) -> list[dict]:
             section = _write_properties(c, staging, title, _write_csv)
         (staging / "summary.json").write_text(files.dumps(summary, indent=2) + "\n", encoding="utf-8")
         market_report(staging, f"dpmarket market: {title}", summary, rows, market,
-                      [staging / "psi_payment.png", staging / "epsilons.png"], properties=section)
+                      figures=[staging / "psi_payment.png", staging / "epsilons.png"], properties=section)
     return rows
 
 

@@ -27,7 +27,7 @@ _SHARED: tuple | None = None  # (scenario, consortium, objective) in a worker
 
 
 def final_psi(scenario, consortium, objective, jobs: list[Job], workers: int = 1,
-              progress: bool | Progress = False) -> list[float]:
+              *, progress: bool | Progress = False) -> list[float]:
     """ψ at the end of each run of ``jobs``, in their order, on ``workers`` processes (1: here);
     ``progress`` counts the runs."""
     shared = (scenario, consortium, objective)
@@ -58,7 +58,7 @@ def _replayed(shared: tuple, jobs: list[Job], bar) -> list[float]:
         while end < len(jobs) and _same_deal(jobs[end], jobs[start]):
             end += 1
         seeds = [seed for _, _, seed in jobs[start:end]]
-        out.extend(final_psis(scenario, seeds, consortium, objective, members, epsilons))
+        out.extend(final_psis(scenario, seeds, consortium, objective, members, epsilons=epsilons))
         bar.update(end - start)
         start = end
     return out

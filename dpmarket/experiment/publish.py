@@ -58,7 +58,7 @@ def sweep_figures_and_report(staging: Path, meta: dict, plots: bool) -> list[Pat
     owners = pd.read_csv(staging / "sweep_owners.csv")
     drawn = sweep_plots.draw_sweep(sweep, owners, meta, staging) if plots else []
     title = f"dpmarket sweep: {meta['scenario']} (seed {meta['seed']})"
-    report.sweep_report(staging, title, sweep, owners, what_was_computed(meta), drawn,
+    report.sweep_report(staging, title, sweep, owners, what_was_computed(meta), figures=drawn,
                         note=HOW_MADE_NOTE.format(file="sweep.json"))
     return drawn
 

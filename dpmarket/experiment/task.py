@@ -126,7 +126,7 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
            "collisions": counts["collision"], "dropouts": counts["dropout"], "losses": counts["loss"],
            "refusals": counts["refusal"], "simulated_time": float(result.training.time)}
     owners = owner_record(prepared, result.roster, result.owners, result.market is not None)
-    return make_record(task, replication, seed, run, owners, m)
+    return make_record(task, replication, seed, run, owners, metrics=m)
 
 
 def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None) -> list[dict]:
@@ -144,7 +144,7 @@ def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None)
                "stop_reason": facts.stop_reason, "collisions": counts["collision"],
                "dropouts": counts["dropout"], "losses": counts["loss"], "refusals": counts["refusal"],
                "simulated_time": float(facts.time)}
-        records.append(make_record(task, replication, seed, run, owners, m))
+        records.append(make_record(task, replication, seed, run, owners, metrics=m))
     return records
 
 
@@ -159,7 +159,7 @@ def owner_record(prepared: Prepared, roster: Roster, owners: list, market: bool)
     return record
 
 
-def make_record(task: Task, replication: int, seed: int, run: dict, owners: dict, metrics) -> dict:
+def make_record(task: Task, replication: int, seed: int, run: dict, owners: dict, *, metrics) -> dict:
     """One replication's JSON-ready record: identity, the run's figures, owners, metrics if kept."""
     record = {"cell": task.cell, "replication": replication, "seed": seed, **run, "owners": owners}
     if task.keep_metrics:

@@ -92,7 +92,7 @@ def projected_newton(problem: Problem, bound: float, start: np.ndarray | None = 
         if gap == 0.0:
             break
         d, free = _direction(x, g, H, bound, gap)
-        moved = _search(problem, x, f, g, d, free, bound)
+        moved = _search(problem, x, f, g, d, free=free, bound=bound)
         if moved is not None:
             x = moved
             f, g, H = problem.derivatives(x)
@@ -126,7 +126,7 @@ def _direction(x: np.ndarray, g: np.ndarray, H: np.ndarray, bound: float,
     return d, free
 
 
-def _search(problem: Problem, x: np.ndarray, f: float, g: np.ndarray, d: np.ndarray, free: np.ndarray,
+def _search(problem: Problem, x: np.ndarray, f: float, g: np.ndarray, d: np.ndarray, *, free: np.ndarray,
             bound: float) -> np.ndarray | None:
     """The first of α = 1, 1/2, 1/4, … whose point P(x + αd) decreases f by Armijo's share of the
     predicted decrease (Bertsekas's rule for the projection arc); None if none does."""

@@ -41,14 +41,14 @@ class StepSize:
 
 
 def stability_number(rho: float, owners: int, iterations: int, lam: float, share_max: float,
-                     curvature: float) -> float:
+                     *, curvature: float) -> float:
     """s = Nρ/(T²σ)·(λ/N + max_i(n_i/n)·L): the longest owner step times its curvature."""
     sigma = 2.0 * lam
     return owners * rho / (iterations * iterations * sigma) * (lam / owners + share_max * curvature)
 
 
 def floor_law(rho: float | np.ndarray, owners: int | np.ndarray, iterations: int, lam: float,
-              eigenvalues: np.ndarray, weights: np.ndarray,
+              eigenvalues: np.ndarray, *, weights: np.ndarray,
               updates: np.ndarray | None = None) -> float | np.ndarray:
     """ψ_T the floor law predicts without noise (module docstring).
 
@@ -65,10 +65,10 @@ def floor_law(rho: float | np.ndarray, owners: int | np.ndarray, iterations: int
 
 
 def auto_rho(owners: int | np.ndarray, iterations: int, lam: float, share_max: float | np.ndarray,
-             curvature: float, h_min: float, decay: float, fraction: float) -> float | np.ndarray:
+             curvature: float, *, h_min: float, decay: float, fraction: float) -> float | np.ndarray:
     """min(decay·(N+1)Tσ/h_min, fraction·ρ at the stability limit); elementwise for arrays of
     ``owners`` and ``share_max`` (one per coalition), so the forecast uses this very formula."""
     floor_rho = decay * (owners + 1) * iterations * 2.0 * lam / h_min
-    limit = STABILITY_LIMIT / stability_number(1.0, owners, iterations, lam, share_max, curvature)
+    limit = STABILITY_LIMIT / stability_number(1.0, owners, iterations, lam, share_max, curvature=curvature)
     rho = np.minimum(floor_rho, fraction * limit)
     return float(rho) if np.ndim(rho) == 0 else rho

@@ -82,7 +82,7 @@ class DynamicMarket:
     """The market process of one run; slots are the roster's (the simulation's owner numbers)."""
 
     def __init__(self, settings: Market, sellers: Sellers, forecast: Forecaster, opening: Outcome,
-                 roster: list[int], owners: list[DataOwner], record: Callable,
+                 roster: list[int], *, owners: list[DataOwner], record: Callable,
                  rebuild: Callable[[int, float], DataOwner],
                  measure: Callable[[], float] | None = None) -> None:
         self.m, self.sellers, self.forecast, self.opening = settings, sellers, forecast, opening

@@ -115,8 +115,8 @@ def coalition_rho(inputs: LawInputs, owners: np.ndarray, share_max: np.ndarray) 
     if inputs.rho is not None:
         return np.full(np.shape(owners), inputs.rho)
     curvature, h_min, decay, fraction = inputs.auto
-    return np.asarray(auto_rho(owners, inputs.iterations, inputs.lam, share_max, curvature, h_min,
-                               decay, fraction), dtype=float)
+    return np.asarray(auto_rho(owners, inputs.iterations, inputs.lam, share_max, curvature, h_min=h_min,
+                               decay=decay, fraction=fraction), dtype=float)
 
 
 def jitter(owners: np.ndarray) -> np.ndarray:
@@ -333,8 +333,8 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
         # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
         first, which = distinct(c.eta)
         steps = updates = None
-    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h, inputs.floor_weights,
-                                    updates))
+    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h,
+                                    weights=inputs.floor_weights, updates=updates))
     s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
     bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
     modes = (mean_variance(c.eta[first], h, T if steps is None else steps)[which]

@@ -37,7 +37,7 @@ SHAPLEY_EXACT_UP_TO = 20  # players: exact Shapley values by enumerating all 2^k
 SHAPLEY_STREAM = 2**31 - 1  # sub-index of the "market" stream for permutation sampling
 
 
-def _finish(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray,
+def _finish(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, *, pay: np.ndarray,
             members: np.ndarray, price: float | None = None) -> Outcome:
     """The outcome of ``members`` taking part at ``eps`` for ``pay`` (others: zeros)."""
     eps, pay = np.where(members, eps, 0.0), np.where(members, pay, 0.0)
@@ -64,7 +64,7 @@ def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | No
 
 
 def _individual_offers(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray,
-                       pay: np.ndarray, price: float | None) -> Outcome:
+                       *, pay: np.ndarray, price: float | None) -> Outcome:
     """Owners take an individual offer (ε_i, pay_i) when it leaves them no worse off.
 
     First on money alone (within the budget, see :func:`_ration`); then, if owners value the
@@ -72,7 +72,7 @@ def _individual_offers(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.
     non-negative *after* it joins and every earlier joiner stays so too — a joiner with a
     small ε can raise ψ̂ under the forecast and so lower everyone's gain.
     """
-    return _finish(name, s, f, m, eps, pay, _takers(s, f, m, eps, pay), price)
+    return _finish(name, s, f, m, eps, pay=pay, members=_takers(s, f, m, eps, pay), price=price)
 
 
 def _takers(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray) -> np.ndarray:
@@ -80,12 +80,12 @@ def _takers(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarr
     money = pay - s.cost(eps)
     members = _ration(s, pay, money >= 0, m.budget)
     if s.model_value > 0:
-        members = _join_for_model(s, f, m, eps, pay, money, members)
+        members = _join_for_model(s, f, m, eps, pay, money=money, members=members)
     return members
 
 
 def _join_for_model(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray,
-                    money: np.ndarray, members: np.ndarray) -> np.ndarray:
+                    *, money: np.ndarray, members: np.ndarray) -> np.ndarray:
     """Add owners that the model's value makes willing, one at a time, keeping everyone rational."""
     left = np.inf if m.budget is None else m.budget - float(pay[members].sum())
     for i in np.argsort(-s.records / np.maximum(pay, 1e-300), kind="stable"):
@@ -108,7 +108,7 @@ def posted_price(s: Sellers, f: Forecaster, m: Market, price: float | None = Non
     """
     p = m.price if price is None else price
     eps, pay = _posted_offers(s, p)
-    return _individual_offers("posted_price", s, f, m, eps, pay, p)
+    return _individual_offers("posted_price", s, f, m, eps, pay=pay, price=p)
 
 
 def _posted_offers(s: Sellers, price: float) -> tuple[np.ndarray, np.ndarray]:
@@ -128,13 +128,13 @@ def record_price(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """
     unit = m.price_per_record * s.records
     eps = np.asarray(s.cost.best_response(unit, s.eps_min, s.eps_max), dtype=float)
-    return _individual_offers("record_price", s, f, m, eps, unit * eps, m.price_per_record)
+    return _individual_offers("record_price", s, f, m, eps, pay=unit * eps, price=m.price_per_record)
 
 
 def take_it_or_leave_it(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     """Every owner is offered p·ε̄ for ε = ε̄ (``offer_epsilon``); it accepts iff C_i(ε̄) ≤ p ε̄."""
     eps = np.full(s.count, m.offer_epsilon)
-    return _individual_offers("take_it_or_leave_it", s, f, m, eps, m.price * eps, m.price)
+    return _individual_offers("take_it_or_leave_it", s, f, m, eps, pay=m.price * eps, price=m.price)
 
 
 def budget_epsilons(s: Sellers, masks: np.ndarray, budget: float,
@@ -193,12 +193,12 @@ def procurement(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     eps, feasible = budget_epsilons(s, masks, m.budget, f.noise_weights(s.records, masks))
     psi = np.where(feasible, f.coalitions(eps, s.records, masks), np.inf)
     if not np.isfinite(psi).any():
-        return _finish("procurement", s, f, m, np.zeros(s.count), np.zeros(s.count),
-                       np.zeros(s.count, bool))
+        return _finish("procurement", s, f, m, np.zeros(s.count), pay=np.zeros(s.count),
+                       members=np.zeros(s.count, bool))
     best = int(np.argmin(psi))
     members = masks[best]
     pay = np.where(members, s.cost(np.where(members, eps[best], 1.0)), 0.0)
-    return _finish("procurement", s, f, m, eps[best], pay, members)
+    return _finish("procurement", s, f, m, eps[best], pay=pay, members=members)
 
 
 def stackelberg(s: Sellers, f: Forecaster, m: Market) -> Outcome:
@@ -278,8 +278,8 @@ def auction(s: Sellers, f: Forecaster, m: Market, bids: np.ndarray | None = None
     threshold = min(reserve, float(bid_cost[ranked[k]])) if len(ranked) > k else reserve
     members = np.zeros(s.count, bool)
     members[winners] = True
-    return _finish("auction", s, f, m, np.full(s.count, eps_bar), np.full(s.count, threshold),
-                   members, m.price)
+    return _finish("auction", s, f, m, np.full(s.count, eps_bar), pay=np.full(s.count, threshold),
+                   members=members, price=m.price)
 
 
 def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, masks) -> np.ndarray:
@@ -289,7 +289,7 @@ def coalition_values(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, mask
 
 
 def shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray,
-            seed: int) -> np.ndarray:
+            *, seed: int) -> np.ndarray:
     """Shapley values of the ``players`` in the game V (others absent); exact for ≤ 20 players.
 
     Exact: φ_i = Σ_{S ∌ i} |S|!(k−|S|−1)!/k! (V(S ∪ i) − V(S)) over all subsets, their worths from one
@@ -297,18 +297,18 @@ def shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.n
     contribution over ``market.shapley_samples`` random orders drawn from the "market" stream
     (unbiased; its standard error falls as 1/√samples, :func:`shapley_with_error`).
     """
-    return shapley_with_error(s, f, m, eps, players, seed)[0]
+    return shapley_with_error(s, f, m, eps, players, seed=seed)[0]
 
 
 def shapley_with_error(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, players: np.ndarray,
-                       seed: int) -> tuple[np.ndarray, np.ndarray]:
+                       *, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(φ, its standard error per owner): the error is 0 where φ is exact (≤ 20 players)."""
     idx = np.flatnonzero(players)
     if len(idx) == 0:
         return np.zeros(s.count), np.zeros(s.count)
     if len(idx) <= SHAPLEY_EXACT_UP_TO:
         return exact_shapley(lambda c: coalition_values(s, f, m, eps, c), idx, s.count), np.zeros(s.count)
-    return sampled_shapley(s, f, m, eps, idx, streams.stream(seed, "market", SHAPLEY_STREAM))
+    return sampled_shapley(s, f, m, eps, idx, gen=streams.stream(seed, "market", SHAPLEY_STREAM))
 
 
 def exact_shapley(worth: Callable, idx: np.ndarray, owners: int) -> np.ndarray:
@@ -350,7 +350,7 @@ def _popcount(codes: np.ndarray) -> np.ndarray:
 
 
 def sampled_shapley(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, idx: np.ndarray,
-                    gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                    *, gen: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Monte-Carlo Shapley values and their standard errors: marginal contributions along random
     orders of ``idx`` (each order gives every player one contribution; φ is their mean, the error
     their standard deviation over √samples).
@@ -394,7 +394,7 @@ def marginal(s: Sellers, f: Forecaster, m: Market, seed: int = 0) -> Outcome:
     own_cost = s.cost(eps)
     for _ in range(s.count + 1):
         if m.contribution == "shapley":
-            pay = shapley(s, f, m, eps, members, seed)
+            pay = shapley(s, f, m, eps, members, seed=seed)
         else:
             pay = leave_one_out(s, f, m, eps, members)
         if m.budget is not None and pay.sum() > m.budget:
@@ -403,7 +403,7 @@ def marginal(s: Sellers, f: Forecaster, m: Market, seed: int = 0) -> Outcome:
         if not losing.any():
             break
         members &= ~losing
-    return _finish("marginal", s, f, m, eps, pay, members)
+    return _finish("marginal", s, f, m, eps, pay=pay, members=members)
 
 
 POLICIES: dict[str, Callable[..., Outcome]] = {

@@ -384,7 +384,7 @@ def run_figure_blocks(directory: Path, plots: bool) -> list[Block]:
 # --- the reports of sweeps and replicated runs ----------------------------------------------
 
 def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict,
-                 figures: list[Path], note: str = "") -> Path:
+                 *, figures: list[Path], note: str = "") -> Path:
     """``report.html`` of a sweep: the forecast fit, the figures, sweep.csv, sweep_owners.csv, then
     sweep.json (as given, minus ``wall_seconds``); ``note`` says what else was left out.
     """
@@ -409,7 +409,7 @@ def sweep_report(directory: Path, title: str, sweep: pd.DataFrame, owners: pd.Da
 
 def replications_report(directory: Path, title: str, replications: pd.DataFrame,
                         figures: list[Path], summary: dict | None = None,
-                        owners: pd.DataFrame | None = None, note: str = "") -> Path:
+                        *, owners: pd.DataFrame | None = None, note: str = "") -> Path:
     """``report.html`` of ``run --replications``: ψ at the end, the band figure, replications.csv,
     owners.csv, then summary.json (minus ``wall_seconds``)."""
     psi = replications["psi_final"]
@@ -486,7 +486,7 @@ def _figure_blocks(figures: list[Path]) -> list[Block]:
 
 
 def market_report(directory: Path, title: str, summary: dict, policies: Sequence[Mapping[str, Any]],
-                  market: Sequence[Mapping[str, Any]], figures: list[Path],
+                  market: Sequence[Mapping[str, Any]], *, figures: list[Path],
                   owners_per_policy: int = 25, properties: dict | None = None) -> Path:
     """``report.html`` of a policy comparison: policies.csv, both figures, market.csv trimmed to the
     first ``owners_per_policy`` owners of every policy (the full table is in the file), summary.json;

@@ -38,7 +38,7 @@ def default_run_dir(scenario, oracle: bool = True) -> Path:
 
 
 def write_run(result: RunResult, directory: Path, plots: bool = True,
-              painter: Painter | None = None, topology: bool = True, oracle: bool = True) -> None:
+              painter: Painter | None = None, topology: bool = True, *, oracle: bool = True) -> None:
     """Write every table, the summary and the figures of ``result`` into ``directory``.
 
     Figures go to ``painter`` (a helper process) when given, else are drawn here;
@@ -125,7 +125,7 @@ def write_channels(result: RunResult, path: Path) -> None:
 
 
 def write_topology(scenario, consortium, directory: Path, painter: Painter | None = None,
-                   epsilons: list[float] | None = None, graphml: bool = True, draw: bool | None = None,
+                   epsilons: list[float] | None = None, *, graphml: bool = True, draw: bool | None = None,
                    load: dict | None = None) -> None:
     """``topology.graphml`` (if ``graphml``) and ``topology.png`` (if ``draw``, default
     ``output.plots``): learner, channels, owners of a network run, the picture with the run's

@@ -286,8 +286,8 @@ class Pairing:
             open_rows = [index[a:b + 1] for a, b in zip(first[~closed], last[~closed], strict=True)]
             if open_rows:
                 carried.append(np.concatenate(open_rows))
-        outcome, k, end = self._outcomes(ev, k_[last], d_[last], t_[first], t_[last], ev["k"][index[last]],
-                                         closed)
+        outcome, k, end = self._outcomes(ev, k_[last], d_[last], t_[first], t_[last],
+                                         numbers=ev["k"][index[last]], closed=closed)
         eps = np.fmax.reduceat(ev["eps"][index], first) if len(first) else np.zeros(0)
         g = np.flatnonzero(done)
         self.held.append(_spans(len(g), start=t_[first[g]], end=end[g], kind=EXCHANGE, owner=o_[first[g]],
@@ -306,7 +306,7 @@ class Pairing:
             closed = (last_kind == REFUSAL) | np.isin(starts, rounds)
         return closed
 
-    def _outcomes(self, ev: Block, term, detail, starts, ends, numbers, closed):
+    def _outcomes(self, ev: Block, term, detail, starts, ends, *, numbers, closed):
         """Each exchange's outcome, update number and end (the end of the run if still open), from
         its last row (``term``, ``detail``, at ``ends``; ``numbers``: its k if an update)."""
         outcome = np.full(len(term), UNFINISHED)
@@ -455,7 +455,7 @@ def derive(events: Path, timing: Timing, block_bytes: int = BLOCK_BYTES) -> Iter
 
 
 def write(events: Path, target: Path, names: list[str], timing: Timing, sinks: list[Sink] = (),
-          block_bytes: int = BLOCK_BYTES) -> int:
+          *, block_bytes: int = BLOCK_BYTES) -> int:
     """Derive the spans of ``events`` into ``target`` (spans.csv), feeding each block to ``sinks``;
     returns the number of spans."""
     count = 0

@@ -101,7 +101,7 @@ def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = No
 
     def write(temp: Path) -> None:
         other.update(trace.write_trace(path, temp, names, timing, source,
-                                       (metrics["time"].tolist(), metrics["psi"].tolist()),
+                                       metrics=(metrics["time"].tolist(), metrics["psi"].tolist()),
                                        chosen=chosen, t0=start, t1=stop, title=path.name))
 
     with files.writing(target):

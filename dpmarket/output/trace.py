@@ -82,7 +82,7 @@ class Trace:
         t0: float,
         t1: float,
         end: float,
-        max_events: int = MAX_EVENTS,
+        *, max_events: int = MAX_EVENTS,
     ) -> None:
         self.names, self.owners, self.t0, self.t1, self.end = names, owners, t0, t1, end
         self.shown = np.zeros(len(names) + 1, bool)
@@ -148,10 +148,10 @@ class Trace:
                 s,
                 "collision window",
                 "collision",
-                {"transmissions": s["transmissions"]},
+                args={"transmissions": s["transmissions"]},
             )
         elif kind == sp.PRICE_PERIOD:
-            self._complete(MARKET, 1, s, "price period", "market", {"price": s["price"]})
+            self._complete(MARKET, 1, s, "price period", "market", args={"price": s["price"]})
             self._counter(MARKET, s["start"], "price", s["price"])
         elif owner >= 0 and self.shown[owner]:
             self._owner_span(s)
@@ -163,7 +163,7 @@ class Trace:
                 s["end"],
                 f"update {int(s['k'])}",
                 "update",
-                {"k": int(s["k"]), "owner": self.names[owner]},
+                args={"k": int(s["k"]), "owner": self.names[owner]},
             )
 
     def _owner_span(self, s: dict) -> None:
@@ -176,32 +176,33 @@ class Trace:
                 args["k"] = int(s["k"])
             if s["detail"]:
                 args["detail"] = sp.DETAILS[s["detail"]]
-            self._complete(pid, EXCHANGES, s, f"exchange: {outcome}", "exchange", args)
+            self._complete(pid, EXCHANGES, s, f"exchange: {outcome}", "exchange", args=args)
             instant = {sp.LOST_LOSS: "loss", sp.DROPPED: "loss", sp.REFUSED: "refusal"}.get(s["outcome"])
             if instant:
                 self.counts["losses" if instant == "loss" else "refusals"] += 1
                 self._instant(
-                    pid, EXCHANGES, s["end"], instant, instant, {"detail": args.get("detail", outcome)}
+                    pid, EXCHANGES, s["end"], instant, instant, args={"detail": args.get("detail", outcome)}
                 )
         elif kind == sp.TRANSMISSION:
             self.counts["transmissions"] += 1
             self._complete(
-                pid, EXCHANGES, s, f"transmission: {outcome}", "transmission", {"channel": s["channel"]}
+                pid, EXCHANGES, s, f"transmission: {outcome}", "transmission", args={"channel": s["channel"]}
             )
             if s["outcome"] == sp.LOST_COLLISION:
                 self.counts["collisions"] += 1
-                self._instant(pid, EXCHANGES, s["end"], "collision", "collision", {"channel": s["channel"]})
+                self._instant(pid, EXCHANGES, s["end"], "collision", "collision",
+                              args={"channel": s["channel"]})
         elif kind == sp.BACKOFF:
-            self._complete(pid, EXCHANGES, s, "backoff", "backoff", {})
+            self._complete(pid, EXCHANGES, s, "backoff", "backoff", args={})
         elif kind == sp.OUTAGE:
             self.counts["outages"] += 1
-            self._complete(pid, AVAILABILITY, s, "offline", "outage", {})
+            self._complete(pid, AVAILABILITY, s, "offline", "outage", args={})
         elif kind == sp.EXHAUSTED:
             self._complete(
-                pid, AVAILABILITY, s, "budget exhausted", "budget", {"epsilon_spent": s["epsilon_spent"]}
+                pid, AVAILABILITY, s, "budget exhausted", "budget", args={"epsilon_spent": s["epsilon_spent"]}
             )
         elif kind == sp.MEMBERSHIP:
-            self._complete(pid, MEMBERSHIP, s, "taking part", "market", {})
+            self._complete(pid, MEMBERSHIP, s, "taking part", "market", args={})
 
     def add_events(self, block: sp.Block) -> None:
         """Counters from events.csv: each shown owner's ε spent, and the market's payments and members."""
@@ -231,7 +232,7 @@ class Trace:
     def _push(self, ts: int, dur: int, text: str) -> None:
         self.events.append((ts, -dur, len(self.events), text))
 
-    def _complete(self, pid: int, tid: int, s: dict, name: str, cat: str, args: dict) -> None:
+    def _complete(self, pid: int, tid: int, s: dict, name: str, cat: str, *, args: dict) -> None:
         start, end = _ns(max(s["start"], self.t0)), _ns(min(s["end"], self.t1))
         dur = int(max(end - start, 0))
         self._push(
@@ -241,7 +242,7 @@ class Trace:
             f'"name":{json.dumps(name)},"cat":"{cat}","args":{_args(args)}}}',
         )
 
-    def _instant(self, pid: int, tid: int, t: float, name: str, cat: str, args: dict) -> None:
+    def _instant(self, pid: int, tid: int, t: float, name: str, cat: str, *, args: dict) -> None:
         ts = int(_ns(t))
         self._push(
             ts,
@@ -297,7 +298,7 @@ class Trace:
                 self.cut,
                 "detail ends here",
                 "trace",
-                {"why": f"MAX_EVENTS = {self.max_events}: the counters of 'overview' go on"},
+                args={"why": f"MAX_EVENTS = {self.max_events}: the counters of 'overview' go on"},
             )
         centres = self.edges[:-1]
         for name, values in self.per_bin.items():
@@ -338,8 +339,7 @@ def write_trace(
     names: list[str],
     timing: sp.Timing,
     spans_path: Path,
-    metrics: tuple[list[float], list[float]],
-    *,
+    *, metrics: tuple[list[float], list[float]],
     chosen: np.ndarray | None = None,
     t0: float = 0.0,
     t1: float | None = None,
@@ -350,7 +350,7 @@ def write_trace(
     end, max_events = timing.end, MAX_EVENTS if max_events is None else max_events
     t1 = end if t1 is None else t1
     owners, which = shown_owners(len(names), chosen)
-    trace = Trace(names, owners, t0, t1, end, max_events)
+    trace = Trace(names, owners, t0, t1, end, max_events=max_events)
     for block in sp.read(spans_path):
         trace.channels.update(np.unique(block["channel"][block["channel"] >= 0]).tolist())
         trace.add_spans(block)

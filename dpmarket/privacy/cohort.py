@@ -69,7 +69,7 @@ def _finite_bound(xi: float, scenario: Scenario) -> float:
 
 
 def _check_budget(scenario: Scenario, owner: int, xi: float, answers: int, records: int,
-                  epsilon: float) -> None:
+                  *, epsilon: float) -> None:
     """Refuse a budget so small that the owner's Laplace scale 2Ξm_i/(n_iε_i), or its largest draw,
     overflows: its answers would be infinite (θ pinned to the box), not merely noisy."""
     if np.isfinite(answer_bound(xi, 2.0 * xi * answers / (records * epsilon))):
@@ -87,12 +87,13 @@ def _owner_key(scenario: Scenario, owner: int, key: str) -> str:
 
 
 def make_owner(scenario: Scenario, consortium: Consortium, objective: Objective, i: int, epsilon: float,
-               answers: int, xi: float, clip: float | None) -> DataOwner:
+               *, answers: int, xi: float, clip: float | None) -> DataOwner:
     """Owner i as a protocol participant; an (ε, δ) no noise level reaches is a ScenarioError naming
     the key of the budget (the calibration's search range is in dpmarket/privacy/accounting.py)."""
     p = scenario.privacy
     delta = scenario.owner_value(i, "delta")
-    _check_budget(scenario, i, xi, answers, consortium.owners[i].n, epsilon)  # not sizes: O(N) per call
+    # the owner's own n_i, not sizes: O(N) per call
+    _check_budget(scenario, i, xi, answers, consortium.owners[i].n, epsilon=epsilon)
     guarantee = Guarantee.of(p, epsilon, delta)
     check_delta(scenario, i, guarantee, consortium.owners[i].n)
     try:
@@ -133,7 +134,7 @@ def check_deltas(scenario: Scenario, sizes) -> None:
 
 
 def _unreachable(scenario: Scenario, i: int, epsilon: float, answers: int, exc: Exception,
-                 key: str | None = None) -> ScenarioError:
+                 *, key: str | None = None) -> ScenarioError:
     """The one-line error of owner i's (ε, δ) that no noise reaches over m answers, naming the key of
     the budget (``key``, else the owner's or privacy's epsilon), δ's key and where m comes from."""
     if isinstance(exc, DeltaError):  # δ itself is what no calibration can honour
@@ -164,7 +165,7 @@ def check_budgets(scenario: Scenario) -> None:
         try:
             check_reachable(Guarantee.of(p, epsilon, delta), answers)
         except CalibrationError as exc:
-            raise _unreachable(scenario, i, epsilon, answers, exc, key) from None
+            raise _unreachable(scenario, i, epsilon, answers, exc, key=key) from None
 
 
 def _budgets(scenario: Scenario):
@@ -212,7 +213,7 @@ def build_owners(scenario: Scenario, consortium: Consortium, objective: Objectiv
         eps = scenario.owner_value(i, "epsilon") if epsilons is None else float(epsilons[i])
         cap = answer_cap(scenario.privacy.split, T, share, scenario.owner_value(i, "cap"),
                          scenario.privacy.cap_quantile)
-        owners.append(make_owner(scenario, consortium, objective, i, eps, cap, xi, clip))
+        owners.append(make_owner(scenario, consortium, objective, i, eps, answers=cap, xi=xi, clip=clip))
     return owners
 
 

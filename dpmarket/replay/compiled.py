@@ -81,7 +81,7 @@ def _compiled(args: tuple):
 
 
 def async_block(theta_L: np.ndarray, copies: np.ndarray, counts: np.ndarray, k: int, stats: tuple,
-                learner: tuple, block: tuple, models: np.ndarray) -> bool:
+                *, learner: tuple, block: tuple, models: np.ndarray) -> bool:
     """Updates k+1… of R asynchronous replications, in place: ``theta_L`` (R, p), ``copies``
     (R·N, p, row r·N + i), ``counts`` (R, N). ``stats``: the owners' A (N, p, p), b (N, p), 2/n_i
     (N,), shares n_i/n (N,). ``learner``: λ, the owners' and θ_L's steps, θmax, inverse-frequency

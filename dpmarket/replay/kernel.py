@@ -337,7 +337,7 @@ class AsyncBatch:
         return Block(slots, slots + self.offsets, np.take(self.share, slots), answers.gather(slots), noise)
 
     def run(self, slots: np.ndarray, lengths: np.ndarray, drawn: Drawn, answers: Answers,
-            record: np.ndarray, models: np.ndarray) -> bool:
+            record: np.ndarray, *, models: np.ndarray) -> bool:
         """A block of updates without stale queries (owners ``slots``, update-major; ``lengths``:
         each tape's updates in it) by the compiled kernel: :meth:`step`'s operations in its order;
         θ_L kept after step s in ``models[record[s]]`` where record[s] ≥ 0. False, nothing done, when
@@ -346,8 +346,8 @@ class AsyncBatch:
         learner = (c.lam, c.step_owner, c.step_central, c.theta_max, c.weighting != "none")
         stats = (answers.A, answers.b, answers.two_n, self.share)
         block = (slots, lengths, drawn.pool, drawn.row, drawn.scale, record)
-        if not compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner, block,
-                                    models):
+        if not compiled.async_block(self.theta_L, self.copies, self.counts, self.k, stats, learner=learner,
+                                    block=block, models=models):
             return False
         self.k += len(slots)
         return True
@@ -426,7 +426,7 @@ class SingleRun:
         self.kept_at[rows] = at
 
     def run(self, piece: Chunk, noise: Drawn, answers: Answers, plan: _Staleness, k0: int,
-            models: np.ndarray, index: dict[int, int]) -> None:
+            *, models: np.ndarray, index: dict[int, int]) -> None:
         """Updates k0+1… of ``piece``: θ̄ from θ_L (or θ_L kept at an older query), the owner's exact
         answer plus its noise draw times its scale, and :meth:`AsyncLearner.update`."""
         learner, pool, update = self.learner, noise.pool, self.learner.update
@@ -593,7 +593,7 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
         lengths = np.array([piece.updates for piece in pieces], dtype=np.int64)
         if not lengths.any():
             break
-        _replay_block(batch, pieces, lengths, noise, answers, k0, models, index, fast)
+        _replay_block(batch, pieces, lengths, noise, answers, k0=k0, models=models, index=index, fast=fast)
         updates += lengths
         k0 += block
         if progress is not None:
@@ -601,7 +601,7 @@ def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: 
     return Replayed(at, models, batch.model.copy(), updates, batch)
 
 
-def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise, answers: Answers, k0: int,
+def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise, answers: Answers, *, k0: int,
                   models: np.ndarray, index: dict[int, int], fast: bool = False) -> None:
     """Updates k0+1…k0+max(lengths) of every replication whose tape is that long (``fast``: by the
     compiled kernel if no query of the block is older than the update before)."""
@@ -611,7 +611,7 @@ def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise,
         plan = _Staleness(pieces, k0, batch.c.N)
         plan.keep(batch, -1)
         drawn = noise.exchanges(slots, pieces[0].answer[:, None], valid, k0)
-        batch.run(pieces[0], drawn, answers, plan, k0, models, index)
+        batch.run(pieces[0], drawn, answers, plan, k0, models=models, index=index)
         return
     if isinstance(batch, AsyncBatch):
         slots = _column(pieces, B, "owner")
@@ -620,7 +620,7 @@ def _replay_block(batch, pieces: list[Chunk], lengths: np.ndarray, noise: Noise,
         plan = _Staleness(pieces, k0, batch.c.N)
         if fast and plan.fresh and not kernels.broken():
             record = np.array([index.get(k, -1) for k in range(k0 + 1, k0 + B + 1)], dtype=np.int64)
-            if batch.run(slots, lengths, drawn, answers, record, models):
+            if batch.run(slots, lengths, drawn, answers, record, models=models):
                 return
         table = batch.block(slots, drawn, answers)
         plan.keep(batch, -1)

@@ -169,7 +169,7 @@ def _vector(z: np.ndarray) -> str:
 # --- the adversary -------------------------------------------------------------------------------
 
 def exact_answers(data: OwnerData, loss: Loss, thetas: np.ndarray, clip: float | None, norm: str,
-                  theta_max: float) -> np.ndarray:
+                  *, theta_max: float) -> np.ndarray:
     """Row r: the owner's exact answer (no noise) at ``thetas[r]`` for the records ``data``, as
     :meth:`DataOwner.exact_answer` computes it (projected onto Θ, clipped per example if it clips)."""
     thetas = project(np.atleast_2d(thetas), theta_max)
@@ -184,7 +184,7 @@ class AnswerAdversary:
     each run's log likelihood ratio of world 1 against world 0, summed over the owner's answers."""
 
     def __init__(self, owner: int, worlds: tuple[OwnerData, OwnerData], loss: Loss, clip: float | None,
-                 norm: str, theta_max: float, mechanism: str, runs: int,
+                 norm: str, *, theta_max: float, mechanism: str, runs: int,
                  coordinate: int | None = None) -> None:
         self.owner, self.worlds, self.loss, self.clip, self.norm = owner, worlds, loss, clip, norm
         self.coordinate = coordinate  # one coordinate of the answers only (a canary's, one-run audits)
@@ -208,7 +208,7 @@ class AnswerAdversary:
         self._score(runs + self.offset, query, answer[:, self.slot])
 
     def _score(self, runs: np.ndarray, query: np.ndarray, answer: np.ndarray) -> None:
-        mu0, mu1 = (exact_answers(d, self.loss, query, self.clip, self.norm, self.theta_max)
+        mu0, mu1 = (exact_answers(d, self.loss, query, self.clip, self.norm, theta_max=self.theta_max)
                     for d in self.worlds)
         score = self.ratio(answer, mu0, mu1)
         np.add.at(self.scores, runs, score)
@@ -329,7 +329,7 @@ def _listed(indices: list[int]) -> str:
 # --- the audit -----------------------------------------------------------------------------------
 
 def audit(scenario: Scenario, owner: int | None = None, runs: int = 2000, view: str = "both",
-          method: str = "worlds", confidence: float = 0.95, progress: Progress = SILENT) -> AuditResult:
+          method: str = "worlds", *, confidence: float = 0.95, progress: Progress = SILENT) -> AuditResult:
     """Audit owner ``owner`` (default: the first participant) of ``scenario``: ``runs`` runs per world
     (``method = "worlds"``) or ``runs`` runs with one canary per feature (``"one-run"``), the
     adversaries of ``view`` (answers, model or both), bounds at ``confidence``."""
@@ -337,7 +337,7 @@ def audit(scenario: Scenario, owner: int | None = None, runs: int = 2000, view: 
     found = setting(scenario, owner, progress)
     if method == "one-run":
         return _one_run(scenario, found, runs, confidence, progress)
-    return _worlds(scenario, found, runs, VIEWS if view == "both" else (view,), confidence, progress)
+    return _worlds(scenario, found, runs, VIEWS if view == "both" else (view,), confidence, progress=progress)
 
 
 def _check(runs: int, view: str, method: str, confidence: float) -> None:
@@ -354,7 +354,7 @@ def _check(runs: int, view: str, method: str, confidence: float) -> None:
 
 
 def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...], confidence: float,
-            progress: Progress) -> AuditResult:
+            *, progress: Progress) -> AuditResult:
     """The two-world audit: ``runs`` runs of each world, every adversary of ``views`` scored."""
     m, i = scenario.model, found.target
     canary = worst_case_canary(scenario, found.consortium)
@@ -366,14 +366,14 @@ def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...
     probe = target_owner(scenario, found)
     adversaries, models = [], []
     for w, data in enumerate(worlds):
-        adversary = AnswerAdversary(i, worlds, make_loss(m.loss), probe.clip, probe.norm, m.theta_max,
-                                    probe.mechanism, runs)
+        adversary = AnswerAdversary(i, worlds, make_loss(m.loss), probe.clip, probe.norm,
+                                    theta_max=m.theta_max, mechanism=probe.mechanism, runs=runs)
         with progress.phase(f"world {w}: {runs:,} runs"):
             cell = run_cell(scenario, seeds[w * runs:(w + 1) * runs], with_records(found.consortium, i, data),
                             found.objective, found.members, found.epsilons, series=False, observer=adversary)
         adversaries.append(adversary)
         models.append(np.concatenate([g.final for g in cell.replayed]))
-    result = _result(scenario, probe, "worlds", runs, confidence, canary.describe())
+    result = _result(scenario, probe, "worlds", runs, confidence, canary=canary.describe())
     result.answers_seen = float(np.mean(np.concatenate([a.seen for a in adversaries])))
     half = runs // 2
     for view in views:
@@ -398,7 +398,7 @@ def target_owner(scenario: Scenario, found: Setting) -> DataOwner:
 
 
 def _result(scenario: Scenario, owner: DataOwner, method: str, runs: int, confidence: float,
-            canary: str) -> AuditResult:
+            *, canary: str) -> AuditResult:
     """The audit's frame for ``owner``: its claim as it states it (pure ε-DP: δ = 0)."""
     g = owner.guarantee
     return AuditResult(scenario, owner.index, owner.name, g.epsilon, 0.0 if g.pure else g.delta, g.mechanism,
@@ -433,8 +433,9 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
                         unit="pattern") as bar:
         for k, pattern in enumerate(patterns):
             chosen = [seeds[r] for r in np.flatnonzero(np.ravel(where) == k)]
-            guessers = [AnswerAdversary(i, pairs[j], loss, probe.clip, probe.norm, m.theta_max,
-                                        probe.mechanism, len(chosen), coordinate=j) for j in range(p)]
+            guessers = [AnswerAdversary(i, pairs[j], loss, probe.clip, probe.norm, theta_max=m.theta_max,
+                                        mechanism=probe.mechanism, runs=len(chosen), coordinate=j)
+                        for j in range(p)]
             data = _with_canaries(base, pattern, d.feature_bound, label, m.intercept)
             run_cell(scenario, chosen, with_records(found.consortium, i, data), found.objective,
                      found.members, found.epsilons, series=False, observer=Watchers(guessers))
@@ -444,8 +445,8 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
     canaries = runs * p
     intercept = " (and the intercept 1)" if m.intercept else ""
     result = _result(scenario, probe, "one-run", runs, confidence,
-                     f"one per feature j: z = {d.feature_bound:g}·e_j{intercept}, y = {label:g} if included, "
-                     f"{-label:g} if not, in place of the owner's last {p} records")
+                     canary=f"one per feature j: z = {d.feature_bound:g}·e_j{intercept}, y = {label:g} if "
+                     f"included, {-label:g} if not, in place of the owner's last {p} records")
     level = 1.0 - confidence
     bound = auditing.one_run_epsilon(canaries, canaries, correct, result.delta, level)
     result.audits.append(OneRunAudit("answers", canaries, canaries, correct, level, result.delta, bound))

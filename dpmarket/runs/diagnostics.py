@@ -410,7 +410,7 @@ def _public_step_and_forecast(scenario: Scenario, consortium) -> list[Diagnostic
             info = public_info(step_scenario(scenario), consortium)
             number = stability_number(step.rho, len(sizes), scenario.learner.iterations,
                                       scenario.model.regularization, float(sizes.max() / sizes.sum()),
-                                      info.owner_curvature)
+                                      curvature=info.owner_curvature)
         if number >= STABILITY_NEAR * STABILITY_LIMIT:
             found.append(stability_diagnostic(number, step.rho, scenario, oracle=False))
     forecast = _forecast_before(scenario, consortium)

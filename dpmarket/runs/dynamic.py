@@ -135,7 +135,7 @@ def train_dynamic(scenario: Scenario, prepared: Prepared, stage: MarketStage, ev
     caps, xi, clip = [o.answers_allowed for o in owners], owners[0].xi, owners[0].clip
 
     def rebuild(j: int, eps: float) -> DataOwner:
-        return make_owner(scenario, consortium, objective, roster[j], eps, caps[j], xi, clip)
+        return make_owner(scenario, consortium, objective, roster[j], eps, answers=caps[j], xi=xi, clip=clip)
 
     measure = None
     if scenario.market.rule == "progress":
@@ -148,7 +148,8 @@ def train_dynamic(scenario: Scenario, prepared: Prepared, stage: MarketStage, ev
         training = MarketTraining(learner, owners, objective, log,
                                   record_points(lr.iterations, scenario.output.metric_points), bar, sequence)
         market = DynamicMarket(scenario.market, sellers, stage.forecast, stage.outcome, roster,
-                               training.owners, log.market_row, rebuild, measure)
+                               owners=training.owners, record=log.market_row, rebuild=rebuild,
+                               measure=measure)
         training.market = market
         network = _simulate(view, training, [o.name for o in owners], market)
         market.finish()
@@ -173,7 +174,8 @@ def _simulate(view: Scenario, training: MarketTraining, names: list[str], market
         market.start(env, _stopper(done), lambda: training.learner.model, arrivals, lambda: training.k)
         selection, clocks = streams.stream(view.seed, "selection"), streams.stream(view.seed, "clocks")
         env.process(ideal_clocks(env, training, view.learner.iterations, selection, clocks,
-                                 ideal_rates(view, len(names)), market.takes_part, done))
+                                 rates=ideal_rates(view, len(names)), takes_part=market.takes_part,
+                                 done=done))
         env.run(until=done)
         training.stop_reason = done.value
         training.finish()

@@ -70,7 +70,7 @@ class Cast:
 
 def train(scenario: Scenario, consortium: Consortium, objective: Objective,
           members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
-          events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
+          *, events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
     """Train with the owners in ``members`` (default all) at ``epsilons``; ψ against the whole f.
 
     Algorithm 1's N and n are the members'; the published model is scored on everyone's

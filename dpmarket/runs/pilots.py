@@ -159,7 +159,7 @@ def run_pilots(scenario: Scenario, consortium, objective, progress: Progress = S
         if batched(pinned, scenario.market.pilots.replications):  # each budget and subset's together
             for (members, epsilon), seeds in _by_group(plan).items():
                 groups[members, epsilon] = final_psis(pinned, seeds, data, target, np.array(members),
-                                                      np.full(N, epsilon))
+                                                      epsilons=np.full(N, epsilon))
                 step.update(len(seeds))
         else:
             for pilot in plan:
@@ -282,7 +282,7 @@ def cache_file(scenario: Scenario, directory: Path | None = None) -> Path:
 
 
 def resolve(scenario: Scenario, consortium, objective, directory: Path | None = None,
-            recalibrate: bool = False, progress: Progress = SILENT):
+            recalibrate: bool = False, *, progress: Progress = SILENT):
     """The forecast and where it came from (its ``source``, which names an oracle calibration).
 
     Explicit constants; the uncalibrated law; a fit, cached or made now by running the pilots

@@ -32,7 +32,8 @@ def report(scenario: Scenario, recalibrate: bool = False, cache: Path | None = N
     progress = progress_of(progress)
     prepared = prepare(scenario, progress)
     consortium, objective = prepared.consortium, prepared.objective
-    forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate, progress)
+    forecast, source = calibration.resolve(scenario, consortium, objective, cache, recalibrate,
+                                           progress=progress)
     N = len(consortium.owners)
     if has_market:
         outcome = settle(scenario.market.policy, sellers_of(scenario, prepared),

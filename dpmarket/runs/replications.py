@@ -146,8 +146,9 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
         if observer is not None:
             observer.offset = len(cell.facts)  # the group's first replication among ``seeds``
         with _engines_collected(view.network.mode != "ideal"):
-            replayed, facts, measured = _run_group(view, owners, learner, group, points, at, size,
-                                                   chunks if keep else None, series, observer)
+            replayed, facts, measured = _run_group(view, owners, learner, group, points, at=at, size=size,
+                                                   chunks=chunks if keep else None, series=series,
+                                                   observer=observer)
         cell.facts.extend(facts)
         cell.metrics.extend(measured_psi(objective, replayed, measured))
         cell.replayed.append(replayed)
@@ -158,7 +159,7 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
 
 
 def _run_group(view: Scenario, owners: list[DataOwner], learner: AsyncLearner | SyncLearner,
-               group: list[int], points: np.ndarray, at: np.ndarray, size: int,
+               group: list[int], points: np.ndarray, *, at: np.ndarray, size: int,
                chunks: list[list[Chunk]] | None, series: bool,
                observer: Observer | None = None) -> tuple[Replayed, list[Facts], list[Metrics]]:
     """The seeds ``group`` scheduled and replayed together: the replayed models, each seed's facts and
@@ -220,7 +221,7 @@ class _IdealGroup:
         lr = view.learner
         self.owners, self.points = len(owners), points
         self.schedules = IdealSchedules(lr.algorithm, capacities(owners), lr.iterations, seeds,
-                                        ideal_rates(view, len(owners)), size)
+                                        ideal_rates(view, len(owners)), size=size)
         self.times = np.zeros((len(seeds), len(points)))  # per seed, the time of each recorded update
 
     def chunks(self, r: int) -> Iterator[Chunk]:
@@ -280,7 +281,7 @@ class _NetworkGroup:
 
 
 def final_psis(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
-               members: np.ndarray | None = None, epsilons: np.ndarray | None = None) -> list[float]:
+               members: np.ndarray | None = None, *, epsilons: np.ndarray | None = None) -> list[float]:
     """ψ at the end of each replication ``seeds`` (:func:`run_cell` measuring only there)."""
     cell = run_cell(scenario, seeds, consortium, objective, members, epsilons, series=False)
     return [m.psi[-1] for m in cell.metrics]
@@ -310,7 +311,7 @@ def measured_psi(objective: Objective, replayed: Replayed, measured: list[Metric
 
 def scheduled_run(scenario: Scenario, consortium: Consortium, objective: Objective,
                   members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
-                  events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
+                  *, events_path: Path | None = None, progress: bool | Progress = False) -> Trained:
     """One run in a network through schedule → replay → measure, with what :func:`dpmarket.runs.inline.train`
     gives: the engine's recorder writes events.csv and pays the owners' ledgers, the replay of its
     tape (streamed in chunks as the engine goes) computes the model, ψ is measured at the recorded

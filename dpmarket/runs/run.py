@@ -82,7 +82,8 @@ class RunResult:
         lr = self.scenario.learner
         allowed = sum(o.answers_allowed for o in self.owners)
         updates = np.array(float(allowed)) if allowed < lr.iterations else None
-        return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, w, updates)
+        return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, weights=w,
+                         updates=updates)
 
     @cached_property
     def clipped_share(self) -> float | None:
@@ -98,7 +99,7 @@ class RunResult:
 
 def execute(scenario: Scenario, events_path: Path | None = None,
             on_data: Callable[[Consortium], None] | None = None, progress: bool | Progress = False,
-            prepared: Prepared | None = None, market: MarketStage | None = None) -> RunResult:
+            prepared: Prepared | None = None, *, market: MarketStage | None = None) -> RunResult:
     """Run ``scenario`` end to end, streaming events to ``events_path`` (or nowhere).
 
     ``on_data`` is called once the owners' data exist, before training (results use it to
@@ -129,7 +130,8 @@ def execute(scenario: Scenario, events_path: Path | None = None,
             run, market = train_dynamic(scenario, prepared, market, events_path, progress)
         else:
             simulated = scheduled_run if batched(scenario, 1) else train  # the same results either way
-            run = simulated(scenario, consortium, objective, members, epsilons, events_path, progress)
+            run = simulated(scenario, consortium, objective, members, epsilons, events_path=events_path,
+                                progress=progress)
     reason = run.network.stop_reason if run.network else run.training.stop_reason
     return RunResult(scenario, consortium, objective, run.owners, run.training, reason,
                      prepared.own_psi, time.perf_counter() - start, run.curvature, run.network, market,

@@ -55,7 +55,7 @@ class IdealSchedules:
     once they are all out."""
 
     def __init__(self, algorithm: str, capacity: np.ndarray, iterations: int, seeds: Sequence[int],
-                 rates: np.ndarray | None, size: int = CHUNK) -> None:
+                 rates: np.ndarray | None, *, size: int = CHUNK) -> None:
         R, N = len(seeds), len(capacity)
         self.capacity, self.iterations, self.size, self.rates = capacity, iterations, size, rates
         self.rounds = algorithm != "async"
@@ -202,9 +202,9 @@ class _Alone:
 
 
 def ideal_tapes(algorithm: str, capacity: np.ndarray, iterations: int, seeds: Sequence[int],
-                rates: np.ndarray | None, size: int = CHUNK) -> list[Tape]:
+                rates: np.ndarray | None, *, size: int = CHUNK) -> list[Tape]:
     """The whole tape of each replication seed (for inspection and tests; runs stream the chunks)."""
-    schedules = IdealSchedules(algorithm, capacity, iterations, seeds, rates, size)
+    schedules = IdealSchedules(algorithm, capacity, iterations, seeds, rates, size=size)
     tapes = []
     for r in range(len(seeds)):
         chunks = list(schedules.chunks(r))
@@ -452,7 +452,7 @@ class NetworkSchedule:
     metrics' k and time, the event counts and the time on the run's clock."""
 
     def __init__(self, network: Network, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
-                 log: EventLog | None = None, size: int | None = None) -> None:
+                 log: EventLog | None = None, *, size: int | None = None) -> None:
         kind = OverlapRecorder if may_overlap(network) else Recorder
         log = log if log is not None else EventLog(None, by_owner=False)  # the run's counts per kind
         self.recorder = kind(fresh(owners), log, record_at, CHUNK if size is None else size)
@@ -481,9 +481,9 @@ class NetworkSchedule:
 
 
 def network_tape(network: Network, owners: list[DataOwner], names: list[str], record_at: np.ndarray,
-                 log: EventLog | None = None, size: int = CHUNK) -> tuple[Tape, Recorder, object]:
+                 log: EventLog | None = None, *, size: int = CHUNK) -> tuple[Tape, Recorder, object]:
     """The whole tape of :class:`NetworkSchedule` (for inspection and tests), its recorder and the
     engine's report."""
-    schedule = NetworkSchedule(network, owners, names, record_at, log, size)
+    schedule = NetworkSchedule(network, owners, names, record_at, log, size=size)
     chunks = list(schedule.chunks())
     return Tape.of(chunks, schedule.network.stop_reason, False), schedule.recorder, schedule.network

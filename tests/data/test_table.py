@@ -20,7 +20,7 @@ from helpers import ROOT
 from dpmarket.cli import main
 from dpmarket.data import build_consortium
 from dpmarket.data.table import load_owners
-from dpmarket.errors import DataError, ScenarioError
+from dpmarket.errors import DataError
 from dpmarket.learning.objective import make_loss
 from dpmarket.privacy.cohort import sensitivity
 from dpmarket.scenario.loading import load, validate
@@ -84,42 +84,6 @@ def csv(tmp_path) -> Path:
 
 # --- schema ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("data, key", [
-    ({"source": "table", "owners": 3, "path": "x.csv", "table": {"target": "y", "blocks": 2}},
-     "data.owners"),
-    ({"path": "x.csv"}, "data.path"),
-    ({"source": "table", "table": {"target": "y", "blocks": 2}}, "data.path"),
-    ({"source": "table", "path": "x.csv", "table": {"target": "y", "numeric": ["a"]}},
-     "data.table.partition"),
-    ({"source": "table", "path": "x.csv",
-      "table": {"target": "y", "numeric": ["a"], "blocks": 2, "max_owners": 2}}, "data.table.max_owners"),
-    ({"source": "table", "path": "x.csv", "table": {"target": "y", "blocks": 2}}, "data.table.numeric"),
-    ({"source": "table", "path": "x.csv",
-      "table": {"target": "y", "numeric": ["a", "y"], "blocks": 2, "holdout": 5}}, "data.table.categorical"),
-    ({"source": "table", "path": "x.csv",
-      "table": {"target": "y", "numeric": ["a"], "blocks": 2}}, "data.table.holdout"),
-    ({"source": "table", "path": "x.csv", "table": {"target": "y", "numeric": ["a"], "blocks": 2,
-                                                   "standardize": False, "components": 1,
-                                                   "holdout": 5}}, "data.table.components"),
-    ({"source": "table", "path": "x.csv", "table": {"target": "y", "numeric": ["a"], "blocks": 2,
-                                                   "holdout": 5, "label": "sign"}}, "data.table.positive"),
-    ({"source": "table", "path": "x.csv", "table": {"target": "y", "numeric": ["a"], "blocks": 2,
-                                                   "holdout": 5, "label": "sign",
-                                                   "positive": ["1"]}}, "model.loss"),
-])
-def test_keys_of_the_other_source_and_inconsistent_table_options_are_rejected(data, key):
-    with pytest.raises(ScenarioError) as err:
-        validate({"name": "t", "data": data}, "s.toml")
-    assert err.value.key == key
-
-
-def test_per_owner_records_make_no_sense_for_a_table(csv):
-    with pytest.raises(ScenarioError, match=r"owners\.0\.records"):
-        validate({"name": "t", "owners": [{"records": 5}],
-                  "data": {"source": "table", "path": str(csv),
-                           "table": {"target": "y", "numeric": ["a"], "blocks": 2, "holdout": 5}}},
-                 "s.toml")
-
 
 def test_synthetic_default_unchanged_and_table_round_trips(csv, tmp_path):
     synthetic = validate({"name": "t"}, "s")
@@ -130,20 +94,6 @@ def test_synthetic_default_unchanged_and_table_round_trips(csv, tmp_path):
     assert not set(data) & {"kind", "owners", "records", "features", "shift", "seed"}  # not shown
     (tmp_path / "again.toml").write_text(text)
     assert load(tmp_path / "again.toml") == s
-
-
-def test_data_path_is_relative_to_the_file_and_set_paths_to_the_working_directory(
-        csv, tmp_path, monkeypatch):
-    sub = tmp_path / "scenarios"
-    sub.mkdir()
-    (sub / "s.toml").write_text('name = "t"\n[data]\nsource = "table"\npath = "../loans.csv"\n'
-                                '[data.table]\ntarget = "y"\nnumeric = ["a"]\nblocks = 2\n'
-                                'standardize = false\n')
-    assert load(sub / "s.toml").data.path == str(csv)
-    monkeypatch.chdir(tmp_path)
-    assert load(sub / "s.toml", ["data.path=loans.csv"]).data.path == str(csv)
-    with pytest.raises(ScenarioError, match=r"data\.path = .*nowhere\.csv.*no such file"):
-        load(sub / "s.toml", ["data.path=nowhere.csv"])
 
 
 # --- loading and owners ---------------------------------------------------------------------

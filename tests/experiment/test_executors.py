@@ -1,20 +1,29 @@
-"""Executors under bad options (issue 24): no more workers than tasks, a scheduler address checked for
-its form before any work, a scheduler that does not answer given up within Dask's connect timeout,
-and Ctrl-C or SIGTERM while waiting for it ending the command as they end any other."""
+"""Executors (dpmarket/experiment/executors.py): serial, process and Dask give byte-identical results;
+a killed or failing worker loses no finished task and its error reaches the caller as itself; pool
+workers use one BLAS thread. Under bad options (issue 24): no more workers than tasks, a scheduler
+address checked for its form before any work, a scheduler that does not answer given up within Dask's
+connect timeout, and Ctrl-C or SIGTERM while waiting for it ending the command as they end any other."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 
+import numpy as np
 import pytest
-from helpers import ROOT, tiny_toml
+from helpers import ROOT, files, plan, published, saved_replications, tiny, tiny_toml
 
 from dpmarket.cli import main
+from dpmarket.errors import ScenarioError
 from dpmarket.experiment import executors
+from dpmarket.experiment.executors import ExecutorError
+from dpmarket.experiment.study import Execution, make_plan, run_replications, run_sweep
+from dpmarket.experiment.task import run_task
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
@@ -151,7 +160,6 @@ def test_an_interrupt_inside_wait_leaves_no_futures_lock_held(monkeypatch):
     half way left the rest held, and the pool's manager thread then blocked for ever on the next result:
     the sweep never ended after Ctrl-C or SIGTERM (seen as a hung test under load). The signal is sent
     here exactly there; it must still end the drain, with every lock free."""
-    import threading
     from concurrent.futures import Future, _base
 
     futures = [Future() for _ in range(40)]  # never complete: only the interrupt ends the drain
@@ -180,3 +188,130 @@ def test_an_interrupt_inside_wait_leaves_no_futures_lock_held(monkeypatch):
     checker.join()
     held = free.count(False)
     assert held == 0, f"{held} of 40 futures' locks left held"
+
+
+# --- every executor, the same results ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dask_address():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
+                                  dashboard_address=None, scheduler_kwargs=executors.NO_DASHBOARD) as cluster:
+        yield cluster.scheduler_address
+
+
+def test_every_executor_gives_byte_identical_results_figures_and_report(tmp_path, dask_address):
+    p = plan(replications=5, output={"plots": True})
+    runs = {"serial": Execution("serial"), "process": Execution("process", 2),
+            "dask": Execution("dask", scheduler=dask_address)}
+    outputs = {}
+    for name, how in runs.items():
+        meta = run_sweep(p, tmp_path / name, how)
+        assert meta["executor"] == name and meta["reused_replications"] == 0
+        outputs[name] = published(tmp_path / name)
+    assert {"psi_epsilon.png", "psi_records.png", "owner_benefit.png", "report.html", "sweep.csv",
+            "sweep_owners.csv", "sweep.json"} <= set(outputs["serial"])
+    assert outputs["serial"] == outputs["process"] == outputs["dask"]
+    page = outputs["serial"]["report.html"].decode()
+    assert page.count("base64,") == 3 and "dask" not in page and "process" not in page
+    rep = plan("replications", replications=4, output={"plots": True})
+    run_replications(rep, tmp_path / "r-serial", Execution("serial"))
+    run_replications(rep, tmp_path / "r-dask", Execution("dask", scheduler=dask_address))
+    serial, dask = published(tmp_path / "r-serial"), published(tmp_path / "r-dask")
+    assert {"psi_band.png", "report.html", "metrics.csv", "replications.csv", "owners.csv"} <= set(serial)
+    assert serial == dask
+
+
+def test_dask_local_cluster_of_worker_processes(tmp_path):
+    pytest.importorskip("distributed")
+    p = plan(grid=["privacy.epsilon=1,10"], replications=2)
+    run_sweep(p, tmp_path / "serial", Execution("serial"))
+    run_sweep(p, tmp_path / "dask", Execution("dask", workers=1))
+    assert files(tmp_path / "serial") == files(tmp_path / "dask")
+
+
+def killing_task(task):
+    """A task that takes its worker process down when it reaches cell 1."""
+    if task.cell == 1:
+        os._exit(1)
+    return run_task(task)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
+def test_a_killed_worker_loses_no_finished_task(tmp_path, monkeypatch):
+    p = plan(replications=4)
+    monkeypatch.setattr(executors, "run_task", killing_task)
+    with pytest.raises(ExecutorError, match="re-run the same command"):
+        run_sweep(p, tmp_path / "out", Execution("process", 1))
+    saved = sorted((tmp_path / "out" / "tasks").glob("*.json"))
+    kept = saved_replications(tmp_path / "out")
+    assert saved and not any(f.name.startswith("c00001") for f in saved)
+    assert not list((tmp_path / "out").glob("sweep*"))  # no aggregate from a partial experiment
+    for f in saved:
+        json.loads(f.read_text())  # every saved file is whole
+    monkeypatch.setattr(executors, "run_task", run_task)
+    meta = run_sweep(p, tmp_path / "out", Execution("serial"))
+    assert meta["reused_replications"] == len(kept)
+    run_sweep(p, tmp_path / "clean", Execution("serial"))
+    assert files(tmp_path / "out") == files(tmp_path / "clean")
+
+
+def dying_task(task):
+    """A task whose worker process dies before any result exists."""
+    os._exit(1)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
+def test_a_failure_before_any_result_leaves_no_directory(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "run_task", dying_task)
+    with pytest.raises(ExecutorError):
+        run_sweep(plan(replications=1), tmp_path / "out", Execution("process", 1))
+    assert not (tmp_path / "out").exists()
+
+
+def failing_task(task):
+    """A task with a bug (or a user error found while running) in cell 1."""
+    if task.cell == 1:
+        raise ScenarioError("t.toml", "network.availability", "x.csv", "no such file")
+    return run_task(task)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="workers must fork to see the patched task")
+def test_an_error_inside_a_task_reaches_the_caller_as_itself(tmp_path, monkeypatch):
+    monkeypatch.setattr(executors, "run_task", failing_task)
+    with pytest.raises(ScenarioError, match="network.availability"):
+        run_sweep(plan(replications=2), tmp_path / "out", Execution("process", 2))
+    assert len(saved_replications(tmp_path / "out")) == 3 * 2  # the other cells' work
+
+
+def test_cli_sweep_on_a_given_dask_scheduler(tmp_path, capsys, dask_address):
+    path = tmp_path / "s.toml"
+    path.write_text(tiny().to_toml())
+    out = tmp_path / "out"
+    assert main(["sweep", str(path), "--grid", "privacy.epsilon=1,10", "--replications", "2",
+                 "--scheduler", dask_address, "--out", str(out), "--quiet"]) == 0
+    assert f"the Dask cluster at {dask_address}" in capsys.readouterr().out
+    meta = json.loads((out / "sweep.json").read_text())
+    assert meta["executor"] == "dask" and meta["workers"] is None and meta["replications"] == 2
+    reference = make_plan("sweep", tiny(), ["privacy.epsilon=1,10"], 2, str(path))
+    run_sweep(reference, tmp_path / "serial", Execution("serial"))
+    assert files(out) == files(tmp_path / "serial")
+
+
+def _blas_threads() -> int:
+    """The most threads any BLAS library loaded in this process may use."""
+    from threadpoolctl import threadpool_info
+
+    return max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+
+
+def test_pool_workers_use_one_blas_thread_each():
+    """Two workers on two cores with a multithreaded BLAS each would oversubscribe the machine."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    np.ones((64, 64)) @ np.ones((64, 64))  # BLAS loaded in the parent, as before a sweep
+    with ProcessPoolExecutor(1, initializer=executors._init_worker,
+                             mp_context=executors._context()) as pool:
+        assert pool.submit(_blas_threads).result() == 1
+    with ProcessPoolExecutor(1, mp_context=executors._context()) as pool:  # without it
+        assert pool.submit(_blas_threads).result() == _blas_threads()

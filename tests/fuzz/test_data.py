@@ -156,7 +156,8 @@ def test_one_hostile_record_is_refused_naming_it_and_without_the_guard_breaks_dp
         parsed = table.parse(table.read(str(path), table.used_columns(scenario.data.table)),
                              scenario.data.table, str(path))
         held = np.flatnonzero(np.arange(ROWS) >= ROWS - HOLDOUT)
-        transform = table.preprocess.fit(scenario.data.table, parsed.take(held), COLUMNS, [], 1.0, 3.0)
+        transform = table.preprocess.fit(scenario.data.table, parsed.take(held), COLUMNS, [], 1.0,
+                                         y_bound=3.0)
         with np.errstate(all="ignore"):
             raw = transform.features(parsed.take(np.array([where])))
         assert np.isnan(raw).any() and np.isnan(np.clip(raw, -1.0, 1.0)).any()

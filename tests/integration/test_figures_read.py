@@ -121,7 +121,8 @@ def test_policies_with_equal_payments_are_set_apart(tmp_path, drawn):
 
 
 def test_topology_shows_names_and_the_channels_load(tmp_path, drawn):
-    graph = topology.build(["a", "b", "c", "d"], [0, 1, 0, 1], [1.0] * 4, [1.0] * 4, [10, 20, 30, 40], 2)
+    graph = topology.build(["a", "b", "c", "d"], [0, 1, 0, 1], [1.0] * 4, [1.0] * 4, [10, 20, 30, 40],
+                           channels=2)
     load = {"exchanges": [5, 7, 0, 9], "collisions": [1, 0, 0, 2], "utilisation": [0.125, 0.5],
             "collided": [3, 4], "transmissions": [30, 40]}
     topology.draw(graph, tmp_path / "t.png", load)
@@ -143,7 +144,7 @@ def test_ideal_run_sequence_axis_counts_owners_in_whole_numbers(tmp_path, drawn)
 def test_sweep_scaling_figure_labels_both_log_axes(tmp_path, drawn):
     sweep = synthetic_sweep({"privacy.epsilon": [2.0, 5.0, 10.0]}, lambda N, eps, n: 0.02 / eps)
     sweep_plots.draw_scaling(sweep, {"scenario": "t"}, "epsilon_harmonic", "privacy.epsilon", "ε",
-                             tmp_path / "e.png")
+                             path=tmp_path / "e.png")
     ax = drawn[0].axes[0]
     assert len(_labels(ax.yaxis)) >= MIN_LABELS
     assert {"2", "5", "10"} <= set(_labels(ax.xaxis))  # plain numbers, not 10^0.3 or none
@@ -218,7 +219,7 @@ def _accounting_sweep():
 def test_the_accounting_sweeps_legend_covers_no_point_and_the_old_one_did(tmp_path, drawn, monkeypatch):
     sweep = _accounting_sweep()
     sweep_plots.draw_scaling(sweep, {"scenario": "t"}, "epsilon_harmonic", "privacy.epsilon", "ε",
-                             tmp_path / "e.png")
+                             path=tmp_path / "e.png")
     assert _covered(drawn[0]) == 0 and _inside_figure(drawn[0]) == []
     legend = drawn[0].legends[0]
     renderer = _renderer(drawn[0])
@@ -229,7 +230,7 @@ def test_the_accounting_sweeps_legend_covers_no_point_and_the_old_one_did(tmp_pa
     monkeypatch.setattr(sweep_plots, "legend_below", lambda fig, ax, **kw: ax.legend(fontsize=7))
     drawn.clear()
     sweep_plots.draw_scaling(sweep, {"scenario": "t"}, "epsilon_harmonic", "privacy.epsilon", "ε",
-                             tmp_path / "old.png")
+                             path=tmp_path / "old.png")
     assert _covered(drawn[0]) > 0
     assert axes_module.legend_below is not sweep_plots.legend_below
 
@@ -258,7 +259,7 @@ def test_every_psi_figure_draws_psi_of_the_untrained_model_and_keeps_its_legend_
         else:
             key, column = (("privacy.epsilon", "epsilon_harmonic") if figure == "epsilon"
                            else ("data.records", "records"))
-            sweep_plots.draw_scaling(sweep, {"scenario": "t"}, column, key, key, tmp_path / "s.png")
+            sweep_plots.draw_scaling(sweep, {"scenario": "t"}, column, key, key, path=tmp_path / "s.png")
     else:
         rows = [{"policy": p, "participants": 3, "total_payment": pay, "replications": 2, "psi_mean": 0.01,
                  "psi_min": 0.008, "psi_max": 0.012, "psi_forecast": 0.011}
@@ -305,7 +306,7 @@ def test_topology_names_stay_inside_and_counts_have_whole_number_colours(tmp_pat
     gen = np.random.default_rng(owners)
     names = [f"westchester-medical-center-{i}" for i in range(owners)]
     graph = topology.build(names, [i % channels for i in range(owners)], [1.0] * owners, [1.0] * owners,
-                           [int(v) for v in gen.integers(10_000, 200_000, owners)], channels)
+                           [int(v) for v in gen.integers(10_000, 200_000, owners)], channels=channels)
     load = {"exchanges": [int(v) for v in gen.poisson(3, owners)], "collisions": [0] * owners,
             "utilisation": [0.5] * channels, "collided": [6] * channels, "transmissions": [10] * channels}
     topology.draw(graph, tmp_path / "t.png", load)

@@ -11,7 +11,6 @@ from scipy import stats
 from dpmarket.data import build_consortium
 from dpmarket.data.problem import prepare
 from dpmarket.data.proxy import floor_terms, public_info, resolve_step, twin_seed
-from dpmarket.errors import ScenarioError
 from dpmarket.learning.objective import OwnerData, clip_margins, make_loss
 from dpmarket.learning.stepsize import STABILITY_LIMIT, auto_rho, floor_law, stability_number
 from dpmarket.privacy.cohort import build_owners, sensitivity
@@ -41,7 +40,7 @@ def test_floor_law_predicts_noise_free_training(owners, iterations, rho):
     h, w = floor_terms(prepared.objective)
     sims = [execute(whitened(owners, iterations, rho, seed), prepared=prepared).psi_final
             for seed in range(1, 5)]
-    law = floor_law(rho, owners, iterations, 1e-5, h, w)
+    law = floor_law(rho, owners, iterations, 1e-5, h, weights=w)
     wrong = float(np.sum(w * np.exp(-2 * rho * h / (iterations * 2e-5 * owners))))
     assert law < 0.5 * prepared.objective.psi(np.zeros(4))  # a regime where training moved ψ
     assert np.mean(sims) == pytest.approx(law, rel=0.03)
@@ -49,9 +48,9 @@ def test_floor_law_predicts_noise_free_training(owners, iterations, rho):
 
 
 def test_floor_grows_with_n_at_fixed_rho_and_auto_rho_grows_with_n():
-    floors = [floor_law(3.0, n, 1000, 1e-5, np.array([0.25]), np.array([0.7])) for n in (2, 20, 200)]
+    floors = [floor_law(3.0, n, 1000, 1e-5, np.array([0.25]), weights=np.array([0.7])) for n in (2, 20, 200)]
     assert floors[0] < floors[1] < floors[2]
-    rhos = [auto_rho(n, 1000, 1e-5, 1 / n, 0.3, 0.25, 5.0, 0.5) for n in (2, 20, 200)]
+    rhos = [auto_rho(n, 1000, 1e-5, 1 / n, 0.3, h_min=0.25, decay=5.0, fraction=0.5) for n in (2, 20, 200)]
     assert rhos[0] < rhos[1] < rhos[2]
 
 
@@ -66,12 +65,13 @@ def test_auto_rho_never_exceeds_its_share_of_the_stability_limit(seed):
     sizes = np.floor(1000 * (1 + gen.pareto(1.2, N)))
     share_max, L, h_min = sizes.max() / sizes.sum(), 10 ** gen.uniform(-2, 1), 10 ** gen.uniform(-3, -1)
     fraction = gen.uniform(0.1, 1.0)
-    rho = auto_rho(N, T, lam, share_max, L, h_min, 5.0, fraction)
-    assert stability_number(rho, N, T, lam, share_max, L) <= fraction * STABILITY_LIMIT * (1 + 1e-12)
-    equal_sizes_limit = fraction * STABILITY_LIMIT / stability_number(1.0, N, T, lam, 1.0 / N, L)
+    rho = auto_rho(N, T, lam, share_max, L, h_min=h_min, decay=5.0, fraction=fraction)
+    assert stability_number(rho, N, T, lam, share_max,
+                            curvature=L) <= fraction * STABILITY_LIMIT * (1 + 1e-12)
+    equal_sizes_limit = fraction * STABILITY_LIMIT / stability_number(1.0, N, T, lam, 1.0 / N, curvature=L)
     naive = min(5.0 * (N + 1) * T * 2 * lam / h_min, equal_sizes_limit)
     if share_max > 3.0 / N and naive == equal_sizes_limit:
-        assert stability_number(naive, N, T, lam, share_max, L) > fraction * STABILITY_LIMIT
+        assert stability_number(naive, N, T, lam, share_max, curvature=L) > fraction * STABILITY_LIMIT
 
 
 def test_the_stability_limit_separates_calm_copies_from_oscillating_ones():
@@ -198,19 +198,3 @@ def test_auto_rho_for_the_hinge_borrows_the_logistic_losss_curvature():
     assert step.rho == resolve_step(logistic, consortium, consortium.sizes).rho
     assert "the logistic loss's curvature standing in for the hinge's" in step.source
     validate({"name": "svm", "data": {"kind": "card_fraud"}, "model": {"loss": "hinge"}}, "svm.toml")
-
-
-@pytest.mark.parametrize("sections, key", [
-    ({"learner": {"algorithm": "sync"}}, "learner.rho"),
-    ({"learner": {"algorithm": "sync_averaged"}}, "learner.rho"),
-    ({"privacy": {"sensitivity": "clip", "clip": 0.0}}, "privacy.clip"),
-    ({"privacy": {"sensitivity": "clip", "clip": "sometimes"}}, "privacy.clip"),
-    ({"learner": {"auto_stability": 1.5}}, "learner.auto_stability"),
-])
-def test_impossible_automatic_settings_are_refused_naming_the_key(sections, key):
-    table = {"name": "b", "data": {"owners": 3, "records": 300}}
-    for section, values in sections.items():
-        table[section] = {**table.get(section, {}), **values}
-    with pytest.raises(ScenarioError) as err:
-        validate(table, "bad.toml")
-    assert err.value.key == key and "bad.toml" in str(err.value)

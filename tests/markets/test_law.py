@@ -47,7 +47,8 @@ def without_n_plus_one(monkeypatch) -> None:
         return replace(c, eta=c.eta * (c.owners + 1) / c.owners)
 
     monkeypatch.setattr(law, "coalitions_of", coalitions)
-    monkeypatch.setattr(law, "floor_law", lambda rho, owners, *rest: true_floor(rho, owners - 1, *rest))
+    monkeypatch.setattr(law, "floor_law",
+                        lambda rho, owners, *rest, **kw: true_floor(rho, owners - 1, *rest, **kw))
 
 
 @pytest.fixture(scope="module")
@@ -380,7 +381,7 @@ def test_the_box_bounds_the_forecast_as_it_bounds_simulated_psi():
     sizes, everyone, seeds = prepared.consortium.sizes, np.ones(4, bool), streams.replication_seeds(5, 20)
     for eps in (0.01, 1.0, 10.0):
         psi = np.array(final_psis(s, seeds, prepared.consortium, prepared.objective, np.arange(4),
-                                  np.full(4, eps)))
+                                  epsilons=np.full(4, eps)))
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         fcst = forecast.coalitions(np.full(4, eps), sizes, everyone)[0]
         assert fcst / BAND - 5 * se <= mean <= fcst * BAND + 5 * se, (eps, mean, fcst)

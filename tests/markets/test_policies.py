@@ -167,7 +167,7 @@ def test_the_rationality_check_catches_a_forced_offer():
     """The paired wrong input: forcing everyone to accept a take-it-or-leave-it offer."""
     s, m = sellers(), market(price=1.0, offer_epsilon=2.0)
     o = pm.take_it_or_leave_it(s, F, m)
-    forced = pm._finish("forced", s, F, m, np.full(6, 2.0), np.full(6, 2.0), np.ones(6, bool))
+    forced = pm._finish("forced", s, F, m, np.full(6, 2.0), pay=np.full(6, 2.0), members=np.ones(6, bool))
     assert rationality_violations(o) == 0 and rationality_violations(forced) > 0
 
 
@@ -179,7 +179,7 @@ def pay_as_bid(s, f, m, bids):
     """A deliberately non-truthful auction: the same winners, each paid its own bid's cost."""
     o = pm.auction(s, f, m, bids=bids)
     pay = np.where(o.participates, Cost(s.cost.kind, bids)(np.full(s.count, m.offer_epsilon)), 0.0)
-    return pm._finish("pay_as_bid", s, f, m, o.epsilon, pay, o.participates)
+    return pm._finish("pay_as_bid", s, f, m, o.epsilon, pay=pay, members=o.participates)
 
 
 @pytest.mark.parametrize("mechanism", [pm.auction, pay_as_bid])
@@ -248,7 +248,7 @@ def test_sampled_shapley_agrees_with_the_exact_values_within_5_se():
     s = sellers(coef=np.ones(k), records=np.linspace(5e3, 4e4, k))
     m = market(value=100.0, shapley_samples=samples)
     eps = np.linspace(1.0, 4.0, k)
-    sampled, own_se = pm.sampled_shapley(s, F, m, eps, np.arange(k), np.random.default_rng(0))
+    sampled, own_se = pm.sampled_shapley(s, F, m, eps, np.arange(k), gen=np.random.default_rng(0))
     exact = exact_shapley(s, m, eps)
     assert np.allclose(pm.shapley(s, F, m, eps, np.ones(k, bool), seed=0), exact)  # 12 ≤ 20: exact
     # SE of the estimator from an independent sample of marginal contributions of the same size

@@ -130,7 +130,7 @@ def test_sweep_and_replication_reports_embed_their_figures(tmp_path):
     owners = pd.DataFrame({"cell": [0, 1], "owner": [0, 0], "name": ["<b>bank</b>", "<b>bank</b>"]})
     meta = {"grid": {"privacy.epsilon": [1.0, 10.0]}, "replications": 5, "wall_seconds": 3.2,
             "forecast": {"c1": 0.0, "c2": 2.1e9, "r2": 0.98, "rms_relative_error": 0.1, "points": 2}}
-    page = sweep_report(tmp_path, "sweep", sweep, owners, meta, [png]).read_text(encoding="utf-8")
+    page = sweep_report(tmp_path, "sweep", sweep, owners, meta, figures=[png]).read_text(encoding="utf-8")
     assert page.count("base64,") == 1 and _external_references(page) == []
     assert "c₂ = 2.1e+09" in page and "&lt;b&gt;bank&lt;/b&gt;" in page and "<b>" not in page
     assert "wall_seconds" not in page  # a re-run gives the same page
@@ -148,7 +148,7 @@ def test_market_report_trims_the_owner_table_per_policy(tmp_path):
     policies = [{"policy": "posted_price", "psi_mean": 0.1}, {"policy": "auction", "psi_mean": 0.2}]
     png = _png(tmp_path, "psi_payment.png")
     page = market_report(tmp_path, "m", {"scenario": "m", "seeds": list(range(20))}, policies, market,
-                         [png], owners_per_policy=25).read_text(encoding="utf-8")
+                         figures=[png], owners_per_policy=25).read_text(encoding="utf-8")
     assert "first 25 of 40 owners under each policy (all 80 rows are in market.csv)" in page
     assert page.count('<td class="text">o24</td>') == 2 and "o25<" not in page
     assert page.count("base64,") == 1 and _external_references(page) == []

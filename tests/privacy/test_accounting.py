@@ -293,27 +293,6 @@ def test_basic_laplace_runs_never_import_dp_accounting():
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("privacy, key, says", [
-    ({"mechanism": "gaussian"}, "privacy.delta", "only for δ > 0"),
-    ({"accountant": "rdp"}, "privacy.delta", "only for δ > 0"),
-    ({"accountant": "pld", "delta": 0.0}, "privacy.delta", "only for δ > 0"),
-    ({"delta": 1.0}, "privacy.delta", "less than 1"),
-    ({"delta": -1e-6}, "privacy.delta", "greater than or equal to 0"),
-    ({"accountant": "moments", "delta": 1e-6}, "privacy.accountant", "'basic', 'rdp' or 'pld'"),
-    ({"mechanism": "cauchy"}, "privacy.mechanism", "'laplace' or 'gaussian'"),
-])
-def test_bad_privacy_keys_name_the_key(privacy, key, says):
-    with pytest.raises(ScenarioError) as err:
-        tiny(privacy=privacy)
-    assert err.value.key == key and says in str(err.value)
-
-
-def test_an_owner_without_delta_is_named():
-    with pytest.raises(ScenarioError) as err:
-        tiny(privacy={"accountant": "pld", "delta": 1e-6}, owners=[{}, {"delta": 0.0}])
-    assert err.value.key == "owners.1.delta"
-
-
 def test_a_degenerate_delta_is_one_line_and_writes_nothing(tmp_path):
     """δ = 5·10⁻³²⁴ split over 2 Gaussian answers underflows to 0, where no noise is (ε, δ)-DP: the run
     stops with exit 2, one line naming privacy.delta, and no directory. (Laplace answers always reach

@@ -41,11 +41,11 @@ def replayed(case: str, kernel: str, monkeypatch, wrong=None, block: int | None 
     if block is not None:
         monkeypatch.setattr(replay_module, "CHUNK_LIMIT", block)
 
-    def counted(theta_L, copies, counts, k, stats, learner, block, models):
+    def counted(theta_L, copies, counts, k, stats, *, learner, block, models):
         calls.append(k)
         if wrong is not None:
             learner, block = wrong(learner, block)
-        return RIGHT(theta_L, copies, counts, k, stats, learner, block, models)
+        return RIGHT(theta_L, copies, counts, k, stats, learner=learner, block=block, models=models)
 
     monkeypatch.setenv(compiled.VARIABLE, kernel)
     monkeypatch.setattr(compiled, "async_block", counted)

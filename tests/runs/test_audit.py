@@ -142,7 +142,7 @@ def test_the_adversary_computes_the_owners_exact_answers():
     objective = Objective(make_loss("squared"), consortium.owners, 1e-5, 0.1)
     owner = cohort.build_owners(s, consortium, objective)[0]
     thetas = np.array([[0.05], [-0.1], [7.0]])
-    got = exact_answers(owner.data, owner.loss, thetas, owner.clip, owner.norm, owner.theta_max)
+    got = exact_answers(owner.data, owner.loss, thetas, owner.clip, owner.norm, theta_max=owner.theta_max)
     assert np.allclose(got, np.array([owner.exact_answer(t) for t in thetas]), rtol=1e-12, atol=0)
     canary = worst_case_canary(s, consortium)
     assert canary.z.tolist() == [1.0] and (canary.label_in, canary.label_out) == (3.0, -3.0)

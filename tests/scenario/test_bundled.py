@@ -144,3 +144,12 @@ def test_mobile_devices_in_a_dynamic_progress_market_ends(tmp_path):
         "stalled")
     with open(out / "events.csv", newline="") as f:
         assert answers_outside_membership(csv.DictReader(f)) == []
+
+
+def test_market_scenarios_validate():
+    from dpmarket.scenario.loading import load
+
+    root = ROOT / "scenarios"
+    banks = load(root / "banks_market.toml")
+    ny = load(root / "ny_hospitals.toml")
+    assert banks.market.policy == "stackelberg" and ny.market.forecast is not None

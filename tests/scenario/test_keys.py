@@ -89,19 +89,6 @@ def test_no_suggestion_when_nothing_is_close():
     assert keys.suggestion("zzzz", ["epsilon", "delta"]) == ""
 
 
-def test_set_reaches_an_owner_of_a_scenario_without_owners_tables(tmp_path):
-    """``--set owners.0.epsilon=2`` (the docs' example) on a file without [[owners]]: the list grows
-    with empty tables up to that owner; past data.owners it is the usual one line."""
-    path = tmp_path / "s.toml"
-    path.write_text(tiny_toml())
-    s = load(path, ["owners.1.epsilon=2"])
-    assert [s.owner_value(i, "epsilon") for i in range(3)] == [1.0, 2.0, 1.0]
-    with pytest.raises(ScenarioError, match="more \\[\\[owners\\]\\] than data.owners = 3"):
-        load(path, ["owners.3.epsilon=2"])
-    with pytest.raises(ScenarioError, match="data.records = 300: is not a table"):
-        load(path, ["data.records.0=2"])  # a number is no list to grow
-
-
 def _commented(scenario: Scenario) -> Scenario:
     table = tomllib.loads(keys.commented_toml(scenario))
     return validate(table, "commented.toml")

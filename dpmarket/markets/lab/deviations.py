@@ -54,7 +54,7 @@ def reported(s: Sellers, owner: int, factor: float) -> Sellers:
 
 
 def misreport_utilities(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int,
-                        factors: tuple[float, ...] = FACTORS) -> np.ndarray:
+                        *, factors: tuple[float, ...] = FACTORS) -> np.ndarray:
     """(N, G): each owner's true utility when it alone reports each factor of ``factors``."""
     out = np.empty((s.count, len(factors)))
     for i in range(s.count):
@@ -104,7 +104,7 @@ def split_forecast(f: Forecaster, owner: int, parts: int) -> Forecaster:
     return f
 
 
-def split_utility(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int, owner: int,
+def split_utility(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int, *, owner: int,
                   parts: int) -> float:
     """``owner``'s utility when it enters the market as ``parts`` fakes (module docstring)."""
     sellers = split_sellers(s, owner, parts)
@@ -119,6 +119,7 @@ def split_utility(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int, 
 
 
 def split_utilities(policy: str, s: Sellers, f: Forecaster, m: Market, seed: int,
-                    parts: tuple[int, ...] = PARTS) -> np.ndarray:
+                    *, parts: tuple[int, ...] = PARTS) -> np.ndarray:
     """(N, len(parts)): each owner's utility when it alone splits into each number of fakes."""
-    return np.array([[split_utility(policy, s, f, m, seed, i, k) for k in parts] for i in range(s.count)])
+    return np.array([[split_utility(policy, s, f, m, seed, owner=i, parts=k) for k in parts]
+                     for i in range(s.count)])

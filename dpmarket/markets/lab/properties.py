@@ -122,7 +122,7 @@ def realised_utilities(outcome: Outcome, s: Sellers, psi: np.ndarray) -> np.ndar
     return np.tile(base + outcome.gain, (len(psi), 1))
 
 
-def evaluate(outcome: Outcome, psi: np.ndarray, s: Sellers, f: Forecaster, m: Market, seed: int,
+def evaluate(outcome: Outcome, psi: np.ndarray, s: Sellers, f: Forecaster, m: Market, *, seed: int,
              best: welfare.Best, first_best: welfare.Best) -> Properties:
     """The properties of ``outcome`` (the module docstring); ``psi`` its simulated ψ per replication,
     ``best`` the reference best welfare (within the budget if any) and ``first_best`` the unconstrained."""
@@ -162,12 +162,12 @@ def fairness_values(outcome: Outcome, s: Sellers, f: Forecaster, m: Market,
     up to 20 participants, else from max(market.shapley_samples, LAB_SAMPLES) orders (the stream the
     marginal policy samples, so at equal counts the same orders)."""
     if outcome.participates.sum() <= 20 or m.shapley_samples >= LAB_SAMPLES:
-        return shapley_with_error(s, f, m, outcome.epsilon, outcome.participates, seed)
+        return shapley_with_error(s, f, m, outcome.epsilon, outcome.participates, seed=seed)
     from dpmarket import rng as streams
 
     more = m.model_copy(update={"shapley_samples": LAB_SAMPLES})
     return sampled_shapley(s, f, more, outcome.epsilon, outcome.members,
-                           streams.stream(seed, "market", SHAPLEY_STREAM))
+                           gen=streams.stream(seed, "market", SHAPLEY_STREAM))
 
 
 def _budget_share(outcome: Outcome, phi: np.ndarray) -> float:

@@ -142,7 +142,7 @@ def best_welfare(s: Sellers, f: Forecaster, m: Market, budget: float | None = No
         welfare, eps = best_budgets(s, f, m, masks, budget)
         k = int(np.argmax(welfare))
         method = f"exhaustive: all {len(masks):,} coalitions, budgets optimised on each"
-        return _best(s, f, m, welfare[k], masks[k], eps[k], method)
+        return _best(s, f, m, welfare[k], masks[k], eps=eps[k], method=method)
     order = np.argsort(s.cost(np.full(s.count, s.eps_min)) / s.records, kind="stable")
     prefixes = np.zeros((s.count, s.count), bool)
     for k in range(s.count):
@@ -164,10 +164,10 @@ def best_welfare(s: Sellers, f: Forecaster, m: Market, budget: float | None = No
         current, value, current_eps = flips[keep][j], float(w[j]), e[j]
     method = (f"local search: best of {s.count} cost-per-record prefixes and {len(candidates) - s.count} "
               f"policy coalitions, then {moves} single-owner flip rounds; a lower bound")
-    return _best(s, f, m, value, current, current_eps, method)
+    return _best(s, f, m, value, current, eps=current_eps, method=method)
 
 
-def _best(s: Sellers, f: Forecaster, m: Market, welfare: float, members: np.ndarray, eps: np.ndarray,
+def _best(s: Sellers, f: Forecaster, m: Market, welfare: float, members: np.ndarray, *, eps: np.ndarray,
           method: str) -> Best:
     """The :class:`Best` of a coalition; nobody at all (W = 0) when no coalition has positive W."""
     if not welfare > 0:

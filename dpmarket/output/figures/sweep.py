@@ -141,10 +141,10 @@ def draw_sweep(sweep: pd.DataFrame, owners: pd.DataFrame, meta: dict, directory:
     directory, keys, paths = Path(directory), swept_keys(sweep), []
     if EPSILON_KEY in keys:
         paths.append(draw_scaling(sweep, meta, "epsilon_harmonic", EPSILON_KEY,
-                                  "privacy budget ε (each owner's)", directory / "psi_epsilon.png"))
+                                  "privacy budget ε (each owner's)", path=directory / "psi_epsilon.png"))
     if RECORDS_KEY in keys:
         paths.append(draw_scaling(sweep, meta, "records", RECORDS_KEY, "total records n",
-                                  directory / "psi_records.png"))
+                                  path=directory / "psi_records.png"))
     if EPSILON_KEY in keys and OWNERS_KEY in keys:
         paths.append(draw_collaboration(sweep, meta, directory / "collaboration.png"))
     if len(owners):
@@ -173,7 +173,7 @@ def _title(meta: dict, what: str) -> str:
 
 
 def draw_scaling(sweep: pd.DataFrame, meta: dict, x_column: str, key: str, xlabel: str,
-                 path: Path) -> Path:
+                 *, path: Path) -> Path:
     """Mean ψ (markers, 25–75 % whiskers of ψ) against ``x_column``, log-log, per group of the
     other swept keys, with the fitted slope (dashed), the calibrated forecast (solid) and ψ of the
     untrained model θ = 0 (dotted red); the legend sits under the axes, never over the data."""

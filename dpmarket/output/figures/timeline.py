@@ -14,7 +14,7 @@ def _atomic(path: Path, write) -> None:
 
 
 def write(run_dir: str | Path, owners: str | None = None, t0: float | None = None,
-          t1: float | None = None, form: str = "text", table: str | None = None) -> str:
+          t1: float | None = None, form: str = "text", *, table: str | None = None) -> str:
     """The timeline command: summarise and draw a run's timeline; writes ``timeline-TAG.csv`` (the
     per-owner table) and ``timeline-TAG.png`` into the run directory (:func:`output_name`). ``form``
     ``csv`` or ``markdown`` prints the answers' tables (:func:`dpmarket.output.timeline.questions`;

@@ -12,7 +12,7 @@ DRAW_EACH_OWNER_UP_TO = 120
 
 
 def build(names: list[str], channel_of: list[int], rates: list[float], epsilons: list[float],
-          sizes: list[int], channels: int) -> nx.Graph:
+          sizes: list[int], *, channels: int) -> nx.Graph:
     """Learner — channel — owner graph, with each owner's records, ε and clock rate as attributes."""
     graph = nx.Graph()
     graph.add_node("learner", kind="learner")
@@ -90,7 +90,7 @@ def draw(graph: nx.Graph, path: Path, load: dict | None = None) -> None:
     ax.add_collection(LineCollection([(pos[a], pos[b]) for a, b in shown.edges()], colors="0.75",
                                      linewidths=0.5, zorder=1))
     members = [n for n in shown if kinds[n] in ("owner", "group")]
-    labels = _draw_owners(fig, ax, shown, members, pos, load, bar_y / height)
+    labels = _draw_owners(fig, ax, shown, members, pos, load=load, bar_y=bar_y / height)
     for kind, (size, colour) in {"channel": (160, "tab:blue"), "learner": (300, "tab:red")}.items():
         xy = np.array([pos[n] for n in shown if kinds[n] == kind]).reshape(-1, 2)
         ax.scatter(xy[:, 0], xy[:, 1], s=size, c=colour, zorder=2)
@@ -131,7 +131,7 @@ def grouped(graph: nx.Graph, load: dict | None) -> nx.Graph:
     return out
 
 
-def _draw_owners(fig, ax, graph: nx.Graph, members: list, pos: dict, load: dict | None,
+def _draw_owners(fig, ax, graph: nx.Graph, members: list, pos: dict, *, load: dict | None,
                  bar_y: float) -> list:
     """Owners (or groups of owners) as dots: area by records, colour by exchanges (with a whole-number
     colour bar under the drawing), names if few; returns the name labels drawn."""

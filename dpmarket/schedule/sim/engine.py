@@ -124,7 +124,7 @@ class Engine:
         self._tau, self._latency = net.transmission_time, net.latency
         self._loss = net.loss_probability
         self.downlink = net.transmission_time + net.latency  # the query's delivery
-        # uplink(i, c, epoch, now, arrived, lost): send one message of owner i on channel c at
+        # uplink(i, c, epoch, now, arrived=, lost=): send one message of owner i on channel c at
         # time now, then arrived[0](link) once it reached the learner, at link.at, or lost(link)
         # (collision, random loss, or carrier sensing gave up or found the owner offline).
         # Every stage is a SimPy event whose callback runs the next one: a message costs no
@@ -260,7 +260,7 @@ class Engine:
                 and not any(self.in_exchange)):
             self.done.succeed(self.closing)
 
-    def _send(self, i: int, c: int, epoch: int, now: float, arrived: Arrived, lost: Lost) -> None:
+    def _send(self, i: int, c: int, epoch: int, now: float, *, arrived: Arrived, lost: Lost) -> None:
         """Put one message of owner i on channel c now (``uplink`` without carrier sensing)."""
         link = self.links[i]
         if link.callbacks is not None:  # an owner sends one message at a time: a bug if not
@@ -287,7 +287,7 @@ class Engine:
         else:
             link.arrived[0](link)
 
-    def _sense_then_send(self, i: int, c: int, epoch: int, now: float, arrived: Arrived, lost: Lost,
+    def _sense_then_send(self, i: int, c: int, epoch: int, now: float, *, arrived: Arrived, lost: Lost,
                          attempt: int = 0) -> None:
         """Carrier sensing (``uplink``): back off while the channel is busy; send once it is free.
 
@@ -304,7 +304,7 @@ class Engine:
             link.at = now
             lost(link)
         elif not self.channels[c].busy:
-            self._send(i, c, epoch, now, arrived, lost)
+            self._send(i, c, epoch, now, arrived=arrived, lost=lost)
         else:
             self.emit("backoff", i, c)
             wait = self.channel_rng.exponential(net.backoff)
@@ -314,8 +314,8 @@ class Engine:
             self.schedule(link, NORMAL, wait)
 
     def _backed_off(self, link: Link) -> None:
-        self._sense_then_send(link.owner, link.channel, link.epoch, link.at, link.arrived, link.lost,
-                              link.attempt)
+        self._sense_then_send(link.owner, link.channel, link.epoch, link.at, arrived=link.arrived,
+                              lost=link.lost, attempt=link.attempt)
 
     def dropped(self, i: int, c: int, epoch: int) -> bool:
         """Whether owner i went offline since ``epoch``; if so its exchange is lost (and logged)."""

@@ -63,7 +63,7 @@ class Requests:
         self._in_exchange[i] = True
         self._row((now, "request", i, None, None, c, None))
         self.epoch[i] = epoch = self._epochs[i]
-        self.engine.uplink(i, c, epoch, now, self._on_request, self._on_request_lost)
+        self.engine.uplink(i, c, epoch, now, arrived=self._on_request, lost=self._on_request_lost)
 
     def _request_arrived(self, link: Link) -> None:
         """The learner serves the request if it is free on the channel: it sends θ̄."""
@@ -90,7 +90,7 @@ class Requests:
         answer = self.answer[i] = self._training.answer(i, self.point[i], now, c)
         if answer is None:
             return self._end(i)
-        engine.uplink(i, c, self.epoch[i], now, self._on_answer, self._on_lost)
+        engine.uplink(i, c, self.epoch[i], now, arrived=self._on_answer, lost=self._on_lost)
 
     def _answer_arrived(self, link: Link) -> None:
         """The learner receives the answer and applies it, unless the owner went offline meanwhile."""
@@ -155,7 +155,8 @@ class Slot:
         if self.senders:
             self.engine.slots_on_air += 1
         for i in self.senders:
-            self.engine.uplink(i, self.channel, self.epochs[i], self.at, self._on_arrival, self._lost)
+            self.engine.uplink(i, self.channel, self.epochs[i], self.at, arrived=self._on_arrival,
+                               lost=self._lost)
 
     def _arrived(self, link: Link) -> None:
         self._receive(link.owner, True)

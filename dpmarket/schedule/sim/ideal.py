@@ -18,7 +18,7 @@ from dpmarket.schedule.protocol import Superposition, Training
 
 
 def ideal_clocks(env: simpy.Environment, training: Training, iterations: int,
-                 selection: np.random.Generator, clocks: np.random.Generator, rates: np.ndarray | None,
+                 selection: np.random.Generator, clocks: np.random.Generator, *, rates: np.ndarray | None,
                  takes_part: Callable[[int], bool], done: simpy.Event) -> Generator:
     """Every tick of the superposed clocks is an instantaneous exchange with its owner, if it takes
     part in the market now (else the tick does nothing); an owner whose budget is spent leaves

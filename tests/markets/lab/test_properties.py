@@ -29,8 +29,8 @@ def sellers(coef, records, kind: str = "quadratic") -> Sellers:
 def table(policy: str, s: Sellers, m: Market, psi=(0.01, 0.02, 0.015)) -> properties.Properties:
     """The properties of ``policy`` with three made-up simulated ψ (only the simulated columns use them)."""
     o = pm.settle(policy, s, F, m, 1)
-    best = properties.references(s, F, m, [o])
-    return properties.evaluate(o, np.asarray(psi), s, F, m, 1, *best)
+    best, first_best = properties.references(s, F, m, [o])
+    return properties.evaluate(o, np.asarray(psi), s, F, m, seed=1, best=best, first_best=first_best)
 
 
 def random_sellers(count: int = 6):
@@ -60,7 +60,7 @@ def pay_as_bid(s: Sellers, f, m: Market):
     """The auction's winners paid their own bid cost: rewards overbidding."""
     o = pm.auction(s, f, m)
     pay = np.where(o.participates, s.cost(np.full(s.count, m.offer_epsilon)), 0.0)
-    return pm._finish("pay_as_bid", s, f, m, o.epsilon, pay, o.participates)
+    return pm._finish("pay_as_bid", s, f, m, o.epsilon, pay=pay, members=o.participates)
 
 
 def test_truthfulness_check_catches_a_pay_as_bid_auction(monkeypatch):
@@ -75,7 +75,7 @@ def test_truthfulness_check_catches_a_pay_as_bid_auction(monkeypatch):
 def below_cost(s: Sellers, f, m: Market):
     """Everyone sells ε̄ and is paid half its cost: not individually rational."""
     eps = np.full(s.count, m.offer_epsilon)
-    return pm._finish("below_cost", s, f, m, eps, 0.5 * s.cost(eps), np.ones(s.count, bool))
+    return pm._finish("below_cost", s, f, m, eps, pay=0.5 * s.cost(eps), members=np.ones(s.count, bool))
 
 
 def test_rationality_check_catches_payments_below_cost(monkeypatch):
@@ -104,7 +104,7 @@ def test_budget_check_catches_an_overspending_policy(monkeypatch):
 def wasteful(s: Sellers, f, m: Market):
     """Everyone at ε_max, paid its cost: far more privacy bought than the model is worth."""
     eps = np.full(s.count, s.eps_max)
-    return pm._finish("wasteful", s, f, m, eps, s.cost(eps), np.ones(s.count, bool))
+    return pm._finish("wasteful", s, f, m, eps, pay=s.cost(eps), members=np.ones(s.count, bool))
 
 
 def test_efficiency_check_catches_a_wasteful_policy(monkeypatch):
@@ -120,7 +120,7 @@ def against_contribution(s: Sellers, f, m: Market):
     """Everyone sells ε̄ and is paid more the fewer records it holds: against its contribution."""
     eps = np.full(s.count, m.offer_epsilon)
     pay = s.cost(eps) + 1e5 / s.records
-    return pm._finish("against_contribution", s, f, m, eps, pay, np.ones(s.count, bool))
+    return pm._finish("against_contribution", s, f, m, eps, pay=pay, members=np.ones(s.count, bool))
 
 
 def test_fairness_check_catches_payments_against_contribution(monkeypatch):
@@ -152,7 +152,7 @@ def per_record_offer(s: Sellers, f, m: Market):
     """ε̄ for p·n_i·ε̄/n̄ (n̄ = 20,000): a price per record, which splitting cannot multiply."""
     eps = np.full(s.count, m.offer_epsilon)
     pay = m.price * eps * s.records / 2e4
-    return pm._finish("per_record_offer", s, f, m, eps, pay, pay >= s.cost(eps))
+    return pm._finish("per_record_offer", s, f, m, eps, pay=pay, members=pay >= s.cost(eps))
 
 
 def test_replication_check_tells_per_identity_from_per_record_payments(monkeypatch):
@@ -197,7 +197,7 @@ def test_beyond_twenty_participants_the_lab_samples_its_own_values_more_finely()
     m = Market(value=300.0, offer_epsilon=3.0, shapley_samples=500)
     o = pm.take_it_or_leave_it(s, F, m.model_copy(update={"price": 1.0}))
     phi, se = properties.fairness_values(o, s, F, m, 1)
-    coarse, coarse_se = pm.shapley_with_error(s, F, m, o.epsilon, o.participates, 1)
+    coarse, coarse_se = pm.shapley_with_error(s, F, m, o.epsilon, o.participates, seed=1)
     assert o.participates.sum() == 22
     assert np.median(coarse_se / se) == pytest.approx(np.sqrt(8), rel=0.2)
     assert np.all(np.abs(phi - coarse) <= 5 * np.hypot(se, coarse_se))

@@ -1,4 +1,5 @@
-"""The SimPy engine: event order on hand-checked scenarios, determinism, validation.
+"""The SimPy engine: event order on hand-checked scenarios, determinism, availability traces (the
+network keys' refusals are in tests/scenario/test_schema.py and test_checks.py).
 
 Forced-timing tests make the timing certain with outage windows and fast clocks: an owner with
 clock rate 50–1000 that comes back online at time t ticks within a few milliseconds, so its
@@ -788,65 +789,6 @@ def test_network_settings_change_neither_data_nor_the_noise_of_each_answer(monke
 
 # -- validation ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("network,specs,key", [
-    ({"mode": "request", "clock_rate": 0.0}, None, "network.clock_rate"),
-    ({"mode": "request", "clock_rate": -1.0}, None, "network.clock_rate"),
-    ({"mode": "request"}, [{"clock_rate": -2.0}], "owners.0.clock_rate"),
-    ({"mode": "request"}, [{"clock_rate": 0.0}], "owners.0.clock_rate"),
-    ({"mode": "request", "loss_probability": 1.0}, None, "network.loss_probability"),
-    ({"mode": "request", "loss_probability": 1.5}, None, "network.loss_probability"),
-    ({"mode": "request", "loss_probability": -0.1}, None, "network.loss_probability"),
-    ({"mode": "request", "channels": 0}, None, "network.channels"),
-    ({"mode": "request", "channels": 2}, [{}, {"channel": 2}], "owners.1.channel"),
-    ({"mode": "request"}, [{"channel": 1}], "owners.0.channel"),
-    ({"mode": "request", "dropout": {"mean_online": 2.0}}, None, "network.dropout"),
-    ({"mode": "request", "dropout": {"mean_offline": 2.0}}, None, "network.dropout"),
-    ({"mode": "request", "dropout": {"mean_online": 0.0, "mean_offline": 1.0}}, None,
-     "network.dropout.mean_online"),
-    ({"mode": "request"}, [{"mean_online": 1.0}], "owners.0.mean_online"),
-    ({"mode": "request"}, [{"mean_offline": 1.0}], "owners.0.mean_online"),
-    ({"mode": "request", "outages": [{"start": 5.0, "end": 1.0}]}, None, "network.outages.0.end"),
-    ({"mode": "request", "outages": [{"start": 0.0, "end": 1.0}, {"start": 2.0, "end": 2.0}]}, None,
-     "network.outages.1.end"),
-    ({"mode": "request"}, [{"outages": [{"start": 3.0, "end": 3.0}]}], "owners.0.outages.0.end"),
-    ({"mode": "request", "outages": [{"start": -1.0, "end": 1.0}]}, None, "network.outages.0.start"),
-    ({"mode": "broadcast", "broadcast_interval": 0.1, "transmission_time": 0.2}, None,
-     "network.broadcast_interval"),
-    ({"mode": "broadcast", "broadcast_interval": 0.3, "transmission_time": 0.2, "latency": 0.1}, None,
-     "network.broadcast_interval"),
-    # carrier sensing cannot separate a slot's responders (they all start at the slot boundary)
-    ({"mode": "broadcast", "carrier_sense": True}, None, "network.carrier_sense"),
-    ({"mode": "request", "transmission_time": -0.1}, None, "network.transmission_time"),
-    ({"mode": "request", "latency": -0.1}, None, "network.latency"),
-    ({"mode": "request", "horizon": 0.0}, None, "network.horizon"),
-    ({"mode": "request", "max_attempts": 0}, None, "network.max_attempts"),
-    ({"mode": "request", "backoff": 0.0}, None, "network.backoff"),
-    ({"mode": "radio"}, None, "network.mode"),
-    ({"mode": "request", "speed": 3}, None, "network.speed"),
-    ({"transmission_time": 0.1}, None, "network.transmission_time"),
-    ({"latency": 0.1}, None, "network.latency"),
-    ({"loss_probability": 0.1}, None, "network.loss_probability"),
-    ({"carrier_sense": True}, None, "network.carrier_sense"),
-    ({"channels": 2}, None, "network.channels"),
-    ({"horizon": 10.0}, None, "network.horizon"),
-    ({"dropout": {"mean_online": 1.0, "mean_offline": 1.0}}, None, "network.mode"),
-    ({"outages": [{"start": 0.0, "end": 1.0}]}, None, "network.mode"),
-    ({"availability": "trace.csv"}, None, "network.mode"),
-    ({}, [{"channel": 0}], "owners.0"),
-    ({}, [{"mean_online": 1.0, "mean_offline": 1.0}], "owners.0"),
-    ({}, [{"outages": [{"start": 0.0, "end": 1.0}]}], "owners.0"),
-])
-def test_bad_network_settings_are_rejected_naming_the_key(network, specs, key):
-    with pytest.raises(ScenarioError) as err:
-        build(network, owners=2, specs=specs)
-    assert err.value.key == key and f"test: {key}" in str(err.value)
-
-
-def test_network_engine_drives_the_async_learner_only():
-    with pytest.raises(ScenarioError) as err:
-        build({"mode": "request"}, learner={"algorithm": "sync"})
-    assert err.value.key == "learner.algorithm"
-
 
 def test_good_network_settings_are_accepted():
     scenario = build({"mode": "broadcast", "broadcast_interval": 0.31, "transmission_time": 0.2,
@@ -873,7 +815,6 @@ def test_block_draws_give_exactly_the_scalar_sequences(block):
     scalar, blocks = fresh(), in_blocks(fresh().standard_exponential, block)
     means = [20.0, 2.0] * 100  # availability: alternating online and offline means
     assert [m * next(blocks) for m in means] == [scalar.exponential(m) for m in means]
-
 
 
 @pytest.mark.parametrize("seed", [11, 12, 13])
