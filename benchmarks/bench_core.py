@@ -80,7 +80,8 @@ class Setup:
     def training(self, owners) -> Training:
         lr, m = self.scenario.learner, self.scenario.model
         learner = make_learner("async", self.consortium.sizes, self.objective.p, lr.iterations,
-                               self.rho, m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+                               self.rho, lam=m.regularization, theta_max=m.theta_max,
+                               theta_l_step=lr.theta_l_step, weighting=lr.weighting)
         return Training(learner, owners, self.objective, EventLog(None),
                         record_points(lr.iterations, self.scenario.output.metric_points))
 

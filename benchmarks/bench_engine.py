@@ -66,7 +66,8 @@ def engine_for(path: Path, overrides: list[str], prepared: Prepared | None = Non
     owners = build_owners(scenario, consortium, objective)
     rho = resolve_step(scenario, consortium, consortium.sizes).rho
     learner = make_learner(lr.algorithm, consortium.sizes, objective.p, lr.iterations, rho,
-                           m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+                           lam=m.regularization, theta_max=m.theta_max, theta_l_step=lr.theta_l_step,
+                           weighting=lr.weighting)
     training = Training(learner, owners, objective, EventLog(None),
                         record_points(lr.iterations, scenario.output.metric_points))
     return Engine(build_network(scenario, len(owners)), training, consortium.names)

@@ -304,7 +304,7 @@ def request_engine(quick: bool) -> dict:
     ratios, ours, bare = [], [], []
     for rnd in range(2 if quick else 3):
         start = time.thread_time()
-        cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective, *deal)
+        cell = run_cell(scenario, seeds, prepared.consortium, prepared.objective, deal[0], epsilons=deal[1])
         per = (time.thread_time() - start) / sum(f.updates for f in cell.facts)
         ref = statistics.median(bare_request_model(len(cell.owners), scenario.learner.iterations,
                                                    scenario.network, rnd * 10 + s) for s in range(3))
@@ -346,10 +346,11 @@ def mobile_streamed(quick: bool) -> dict:
     engine = time.thread_time() - start
     sizes = np.array([o.data.n for o in owners])
     rho = resolve_step(scenario, prepared.consortium, sizes).rho
-    learner = make_learner(lr.algorithm, sizes, prepared.objective.p, lr.iterations, rho, m.regularization,
-                           m.theta_max, lr.theta_l_step, lr.weighting)
+    learner = make_learner(lr.algorithm, sizes, prepared.objective.p, lr.iterations, rho,
+                           lam=m.regularization,
+                           theta_max=m.theta_max, theta_l_step=lr.theta_l_step, weighting=lr.weighting)
     start = time.thread_time()
-    replay(learner, owners, [tape.chunks()], [scenario.seed], capacities(owners), points.tolist())
+    replay(learner, owners, [tape.chunks()], [scenario.seed], capacities(owners), at=points.tolist())
     replayed = time.thread_time() - start
     start = time.thread_time()
     train(scenario, prepared.consortium, prepared.objective)

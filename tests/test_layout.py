@@ -244,22 +244,16 @@ def test_no_exception_is_matched_by_its_class_name():
 # call reads what it passes. The exemptions, each with its reason, are here and nowhere else.
 POSITIONAL_LIMIT = 5  # self and cls not counted
 NUMBA = "a numba-compiled kernel (@njit), the innermost loop of the answers or the replay"
-PERF2 = "pending merge of perf2 (the file, or a test calling it positionally, is being changed there)"
 WIDE_SIGNATURES = {
     "dpmarket.learning.compiled._dot4": NUMBA,
     "dpmarket.learning.compiled._weighted_sums": NUMBA,
     "dpmarket.learning.compiled._logistic_parts": NUMBA,
     "dpmarket.learning.compiled.gradients": NUMBA,
+    "dpmarket.learning.compiled._gradients_any": NUMBA,
     "dpmarket.replay.compiled._async_loop": NUMBA + "; called with one packed tuple, kernel(*args)",
     "dpmarket.schedule.events.EventLog.record": "once per event, its fields in Event's order: emit() "
                                                 "calls record(*event)",
     "dpmarket.schedule.events.EventLog.market_row": "once per market row: record's fields and the amount",
-    "dpmarket.learning.learner.AsyncLearner.__init__": PERF2,
-    "dpmarket.learning.learner.SyncLearner.__init__": PERF2,
-    "dpmarket.schedule.protocol.Training.__init__": PERF2,
-    "dpmarket.schedule.protocol.make_learner": PERF2,
-    "dpmarket.replay.kernel.replay": PERF2,  # tests/replay/test_kernel.py
-    "dpmarket.runs.replications.run_cell": PERF2,  # tests/replay/test_kernel.py: run_cell(..., *deal(market))
 }
 
 

@@ -131,8 +131,9 @@ def replicate(task: Task, replication: int, seed: int, prepared: Prepared,
 
 def replayed_records(task: Task, prepared: Prepared, market: MarketStage | None) -> list[dict]:
     """Every replication of ``task`` through schedule → replay → measure."""
-    deal = (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
-    cell = run_cell(task.scenario, task.seeds, prepared.consortium, prepared.objective, *deal)
+    members, epsilons = (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
+    cell = run_cell(task.scenario, task.seeds, prepared.consortium, prepared.objective, members,
+                    epsilons=epsilons)
     psi_zero = float(prepared.objective.psi(np.zeros(prepared.objective.p)))
     roster = Roster(len(prepared.consortium.names), tuple(o.index for o in cell.owners))
     owners = owner_record(prepared, roster, cell.owners, market is not None)

@@ -33,7 +33,7 @@ class AsyncLearner:
     its exchanges including this one); unequal clocks then no longer tilt the model.
     """
 
-    def __init__(self, sizes: np.ndarray, dim: int, iterations: int, rho: float, lam: float,
+    def __init__(self, sizes: np.ndarray, dim: int, iterations: int, rho: float, lam: float, *,
                  theta_max: float, theta_l_step: str = "printed", weighting: str = "none"):
         if theta_l_step not in THETA_L_STEPS:
             raise ValueError(f"Unknown theta_l_step {theta_l_step!r}; expected {THETA_L_STEPS}")
@@ -107,7 +107,7 @@ class SyncLearner:
     learner here and is inactive whenever θmax is large.)
     """
 
-    def __init__(self, sizes: np.ndarray, dim: int, iterations: int, rho: float, lam: float,
+    def __init__(self, sizes: np.ndarray, dim: int, iterations: int, rho: float, lam: float, *,
                  theta_max: float):
         sizes = np.asarray(sizes, dtype=float)
         self.N, self.lam, self.theta_max = len(sizes), lam, theta_max

@@ -560,7 +560,7 @@ class Observer(Protocol):
 
 
 def replay(learner: AsyncLearner | SyncLearner, owners: list[DataOwner], tapes: Sequence[Iterable[Chunk]],
-           seeds: Sequence[int], capacity: np.ndarray, at: Sequence[int] = (), progress=None,
+           seeds: Sequence[int], capacity: np.ndarray, *, at: Sequence[int] = (), progress=None,
            expected: int = 0, observer: Observer | None = None) -> Replayed:
     """Apply ``tapes`` (replication r's chunks, with noise from ``seeds[r]``) to fresh copies of
     ``learner`` (a template: only its constants are read); keep the models after the updates ``at``

@@ -370,7 +370,8 @@ def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...
                                     theta_max=m.theta_max, mechanism=probe.mechanism, runs=runs)
         with progress.phase(f"world {w}: {runs:,} runs"):
             cell = run_cell(scenario, seeds[w * runs:(w + 1) * runs], with_records(found.consortium, i, data),
-                            found.objective, found.members, found.epsilons, series=False, observer=adversary)
+                            found.objective, found.members, epsilons=found.epsilons, series=False,
+                            observer=adversary)
         adversaries.append(adversary)
         models.append(np.concatenate([g.final for g in cell.replayed]))
     result = _result(scenario, probe, "worlds", runs, confidence, canary=canary.describe())
@@ -438,7 +439,7 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
                         for j in range(p)]
             data = _with_canaries(base, pattern, d.feature_bound, label, m.intercept)
             run_cell(scenario, chosen, with_records(found.consortium, i, data), found.objective,
-                     found.members, found.epsilons, series=False, observer=Watchers(guessers))
+                     found.members, epsilons=found.epsilons, series=False, observer=Watchers(guessers))
             guesses = np.stack([(g.scores > 0).astype(int) for g in guessers], axis=1)
             correct += int(np.sum(guesses == pattern[None, :]))
             bar.update(1)

@@ -129,8 +129,8 @@ def train_dynamic(scenario: Scenario, prepared: Prepared, stage: MarketStage, ev
     lr, md = scenario.learner, scenario.model
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
     step = resolve_step(scenario, consortium, sizes)
-    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho, md.regularization,
-                           md.theta_max, lr.theta_l_step, lr.weighting)
+    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho, lam=md.regularization,
+                           theta_max=md.theta_max, theta_l_step=lr.theta_l_step, weighting=lr.weighting)
     view = member_view(scenario, roster, consortium.names)
     caps, xi, clip = [o.answers_allowed for o in owners], owners[0].xi, owners[0].clip
 
@@ -146,7 +146,8 @@ def train_dynamic(scenario: Scenario, prepared: Prepared, stage: MarketStage, ev
     with EventLog(events_path, renumber, market=True) as log, bar as bar:
         sequence = OwnerSequence(roster, len(consortium.names), lr.iterations)
         training = MarketTraining(learner, owners, objective, log,
-                                  record_points(lr.iterations, scenario.output.metric_points), bar, sequence)
+                                  record_points(lr.iterations, scenario.output.metric_points), progress=bar,
+                                  sequence=sequence)
         market = DynamicMarket(scenario.market, sellers, stage.forecast, stage.outcome, roster,
                                owners=training.owners, record=log.market_row, rebuild=rebuild,
                                measure=measure)

@@ -63,7 +63,8 @@ class Cast:
         sizes = np.array([o.data.n for o in owners], dtype=np.int64)
         step = resolve_step(scenario, consortium, sizes)
         learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho,
-                               m.regularization, m.theta_max, lr.theta_l_step, lr.weighting)
+                               lam=m.regularization, theta_max=m.theta_max, theta_l_step=lr.theta_l_step,
+                               weighting=lr.weighting)
         ids = [o.index for o in owners]
         return cls(owners, learner, step, ids, member_view(scenario, ids, consortium.names))
 
@@ -85,7 +86,8 @@ def train(scenario: Scenario, consortium: Consortium, objective: Objective,
     with EventLog(events_path, renumber) as log, bar as bar:
         sequence = OwnerSequence(ids, len(consortium.names), lr.iterations)
         training = Training(learner, owners, objective, log,
-                            record_points(lr.iterations, scenario.output.metric_points), bar, sequence)
+                            record_points(lr.iterations, scenario.output.metric_points), progress=bar,
+                            sequence=sequence)
         network = simulate(view, training, [o.name for o in owners])
     curvature = step_curvature(learner, objective, owners) if isinstance(learner, AsyncLearner) else None
     return Trained(owners, training, network, curvature, step)

@@ -122,7 +122,7 @@ class Cell:
 
 
 def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
-             members: np.ndarray | None = None, epsilons: np.ndarray | None = None,
+             members: np.ndarray | None = None, *, epsilons: np.ndarray | None = None,
              series: bool = True, keep: bool = False, size: int = CHUNK,
              observer: Observer | None = None) -> Cell:
     """Every replication ``seeds`` of ``scenario`` on the owners' data ``consortium`` and
@@ -135,8 +135,8 @@ def run_cell(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, o
     lr, m = scenario.learner, scenario.model
     sizes = np.array([o.data.n for o in owners], dtype=np.int64)
     step = resolve_step(scenario, consortium, sizes)
-    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho, m.regularization,
-                           m.theta_max, lr.theta_l_step, lr.weighting)
+    learner = make_learner(lr.algorithm, sizes, objective.p, lr.iterations, step.rho, lam=m.regularization,
+                           theta_max=m.theta_max, theta_l_step=lr.theta_l_step, weighting=lr.weighting)
     view = member_view(scenario, [o.index for o in owners], consortium.names)
     points = record_points(lr.iterations, scenario.output.metric_points)
     at = points if series else np.zeros(0, dtype=np.int64)
@@ -168,7 +168,7 @@ def _run_group(view: Scenario, owners: list[DataOwner], learner: AsyncLearner | 
     run = _IdealGroup(view, owners, group, points, size) if view.network.mode == "ideal" else \
         _NetworkGroup(view, owners, group, points, size)
     tapes = [run.chunks(r) if chunks is None else _kept(run.chunks(r), chunks[r]) for r in range(len(group))]
-    replayed = replay(learner, owners, tapes, group, capacities(owners), at.tolist(),
+    replayed = replay(learner, owners, tapes, group, capacities(owners), at=at.tolist(),
                       expected=view.learner.iterations, observer=observer)
     facts = run.facts()
     return replayed, facts, run.measured(series, facts)
@@ -283,7 +283,7 @@ class _NetworkGroup:
 def final_psis(scenario: Scenario, seeds: Sequence[int], consortium: Consortium, objective: Objective,
                members: np.ndarray | None = None, *, epsilons: np.ndarray | None = None) -> list[float]:
     """ψ at the end of each replication ``seeds`` (:func:`run_cell` measuring only there)."""
-    cell = run_cell(scenario, seeds, consortium, objective, members, epsilons, series=False)
+    cell = run_cell(scenario, seeds, consortium, objective, members, epsilons=epsilons, series=False)
     return [m.psi[-1] for m in cell.metrics]
 
 
@@ -327,7 +327,7 @@ def scheduled_run(scenario: Scenario, consortium: Consortium, objective: Objecti
         schedule = NetworkSchedule(build_network(view, len(owners)), owners, [o.name for o in owners], points,
                                    log)
         replayed = replay(learner, owners, [_noted(schedule.chunks(), sequence)], [scenario.seed],
-                          capacities(owners), points.tolist(), bar)
+                          capacities(owners), at=points.tolist(), progress=bar)
     training = schedule.recorder
     (training.metrics,) = measured_psi(objective, replayed, [training.metrics])
     training.learner, training.sequence = replayed.batch.learner, sequence  # the one replication's

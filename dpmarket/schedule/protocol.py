@@ -48,7 +48,7 @@ class Training:
     """State of one run: learner, owners, objective (for ψ), event log and metrics."""
 
     def __init__(self, learner: AsyncLearner | SyncLearner, owners: list[DataOwner],
-                 objective: Objective, log: EventLog, record_at: np.ndarray, progress=None,
+                 objective: Objective, log: EventLog, record_at: np.ndarray, *, progress=None,
                  sequence: OwnerSequence | None = None) -> None:
         self.learner, self.owners, self.objective, self.log = learner, owners, objective, log
         self._record = log.record  # called several times per exchange
@@ -257,10 +257,11 @@ class Superposition:
         self._reset()
 
 
-def make_learner(algorithm: str, sizes: np.ndarray, dim: int, iterations: int, rho: float,
+def make_learner(algorithm: str, sizes: np.ndarray, dim: int, iterations: int, rho: float, *,
                  lam: float, theta_max: float, theta_l_step: str, weighting: str):
     """The learner called ``algorithm`` (async, sync or sync_averaged)."""
     if algorithm == "async":
-        return AsyncLearner(sizes, dim, iterations, rho, lam, theta_max, theta_l_step, weighting)
+        return AsyncLearner(sizes, dim, iterations, rho, lam, theta_max=theta_max,
+                            theta_l_step=theta_l_step, weighting=weighting)
     cls = {"sync": SyncLearner, "sync_averaged": SyncAveragedLearner}[algorithm]
-    return cls(sizes, dim, iterations, rho, lam, theta_max)
+    return cls(sizes, dim, iterations, rho, lam, theta_max=theta_max)

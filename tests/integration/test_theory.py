@@ -53,7 +53,8 @@ def final_psis(table: dict, seeds, linear: bool = True) -> np.ndarray:
         run = scenario.model_copy(update={"seed": seed})
         owners = build_owners(run, consortium, objective)
         learner = make_learner("async", consortium.sizes, objective.p, lr.iterations, lr.rho,
-                               m.regularization, m.theta_max, "printed", "none")
+                               lam=m.regularization, theta_max=m.theta_max, theta_l_step="printed",
+                               weighting="none")
         training = Training(learner, owners, objective, EventLog(None), np.array([lr.iterations]))
         run_uniform(training, lr.iterations, streams.stream(seed, "selection"),
                     streams.stream(seed, "clocks"))

@@ -33,7 +33,7 @@ def test_async_learner_is_algorithm_1(central, tmax):
     sizes, p, T = np.array([100, 300, 50]), 4, 200
     owners = gen.integers(0, 3, T)
     answers = gen.standard_normal((T, p)) * 3
-    learner = AsyncLearner(sizes, p, T, 2.0, 1e-3, tmax, central)
+    learner = AsyncLearner(sizes, p, T, 2.0, 1e-3, theta_max=tmax, theta_l_step=central)
     for i, q in zip(owners, answers, strict=True):
         learner.update(i, learner.query_point(i), q)
     ref_L, ref = reference_algorithm_1(sizes, p, T, 2.0, 1e-3, tmax, owners, answers, central)
@@ -50,10 +50,10 @@ def test_a_copy_of_the_learner_updates_on_its_own():
     gen = np.random.default_rng(2)
     sizes, p, T = np.array([100, 300, 50]), 4, 50
     owners, answers = gen.integers(0, 3, T), gen.standard_normal((T, p))
-    alone = AsyncLearner(sizes, p, T, 2.0, 1e-3, 0.05)
+    alone = AsyncLearner(sizes, p, T, 2.0, 1e-3, theta_max=0.05)
     for i, q in zip(owners, answers, strict=True):
         alone.update(i, alone.query_point(i), q)
-    original = AsyncLearner(sizes, p, T, 2.0, 1e-3, 0.05)
+    original = AsyncLearner(sizes, p, T, 2.0, 1e-3, theta_max=0.05)
     original.update(0, original.query_point(0), answers[0])  # its scratch made before the copy
     twin = copy.copy(original)
     twin.theta_L, twin.theta, twin.counts, twin.k = np.zeros(p), np.zeros((3, p)), np.zeros(3, int), 0
@@ -68,8 +68,8 @@ def test_a_copy_of_the_learner_updates_on_its_own():
 def test_inverse_frequency_weighting_scales_answers_by_the_smoothed_share():
     """Weighted learner fed q equals a plain learner fed q/(N π̂_i), π̂_i = (c_i+1)/(k+N)."""
     sizes, p, T, N = np.array([100, 100]), 2, 10, 2
-    weighted = AsyncLearner(sizes, p, T, 1.0, 1e-2, 10.0, weighting="inverse_frequency")
-    plain = AsyncLearner(sizes, p, T, 1.0, 1e-2, 10.0)
+    weighted = AsyncLearner(sizes, p, T, 1.0, 1e-2, theta_max=10.0, weighting="inverse_frequency")
+    plain = AsyncLearner(sizes, p, T, 1.0, 1e-2, theta_max=10.0)
     counts = np.zeros(N)
     for k, i in enumerate([0, 0, 1, 0], start=1):
         counts[i] += 1
@@ -77,7 +77,7 @@ def test_inverse_frequency_weighting_scales_answers_by_the_smoothed_share():
         weighted.update(i, weighted.query_point(i), np.ones(p))
         plain.update(i, plain.query_point(i), np.ones(p) / (N * share))
     assert np.allclose(weighted.theta, plain.theta) and np.allclose(weighted.theta_L, plain.theta_L)
-    unweighted = AsyncLearner(sizes, p, T, 1.0, 1e-2, 10.0)
+    unweighted = AsyncLearner(sizes, p, T, 1.0, 1e-2, theta_max=10.0)
     for i in [0, 0, 1, 0]:
         unweighted.update(i, unweighted.query_point(i), np.ones(p))
     assert not np.allclose(unweighted.theta, weighted.theta)
@@ -86,7 +86,8 @@ def test_inverse_frequency_weighting_scales_answers_by_the_smoothed_share():
 def test_sync_learners_follow_paper_002():
     sizes, p, T, rho, lam = np.array([1, 3]), 2, 5, 0.5, 0.1
     answers = [np.array([[1.0, -1.0], [0.5, 2.0]])] * T
-    sync, avg = SyncLearner(sizes, p, T, rho, lam, 10.0), SyncAveragedLearner(sizes, p, T, rho, lam, 10.0)
+    sync, avg = SyncLearner(sizes, p, T, rho, lam, theta_max=10.0), SyncAveragedLearner(sizes, p, T, rho,
+                                                                                        lam, theta_max=10.0)
     theta, theta_avg, r = np.zeros(p), np.zeros(p), 1 / np.sqrt(T)
     theta2 = np.zeros(p)
     share = sizes / sizes.sum()
@@ -146,8 +147,8 @@ def test_inter_exchange_times_are_exponential():
     scenario = tiny(data={"owners": 4, "records": 40, "features": 1}, learner={"iterations": 4000})
     result = execute(scenario)
     owners, objective = result.owners, result.objective
-    learner = make_learner("async", result.consortium.sizes, objective.p, 4000, 3.0, 1e-5, 1.0,
-                           "printed", "none")
+    learner = make_learner("async", result.consortium.sizes, objective.p, 4000, 3.0, lam=1e-5, theta_max=1.0,
+                           theta_l_step="printed", weighting="none")
     times = []
 
     class Log(EventLog):  # every row goes through record(), emit() included

@@ -23,7 +23,7 @@ from dpmarket.replay import compiled
 from dpmarket.replay import kernel as replay_module
 from dpmarket.runs.replications import run_cell
 from dpmarket.schedule.tape import CHUNK
-from tests.replay.test_kernel import SEEDS, deal, setup
+from tests.replay.test_kernel import SEEDS, dealt, setup
 
 RELATIVE = 1e-12
 HANDLED = ("squared_async", "squared_capped_leaves", "unequal_rates_caps", "inverse_frequency", "proof_step",
@@ -50,7 +50,7 @@ def replayed(case: str, kernel: str, monkeypatch, wrong=None, block: int | None 
     monkeypatch.setenv(compiled.VARIABLE, kernel)
     monkeypatch.setattr(compiled, "async_block", counted)
     scenario, prepared, market = setup(case)
-    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market),
+    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, **dealt(market),
                     size=block or CHUNK)
     return cell, len(calls)
 

@@ -128,6 +128,12 @@ def deal(market):
     return (None, None) if market is None else (market.outcome.members, market.outcome.epsilon)
 
 
+def dealt(market) -> dict:
+    """:func:`deal` as run_cell's keywords."""
+    members, epsilons = deal(market)
+    return {"members": members, "epsilons": epsilons}
+
+
 def inline(scenario, prepared, market, seed: int, events: Path):
     """The reference: the inline run of ``seed`` (run.train, as run.execute calls it), with its models."""
     models: list[np.ndarray] = []
@@ -160,7 +166,7 @@ def mismatches(case: str, tmp_path: Path, size: int = CHUNK) -> list[str]:
     runs (empty when they agree)."""
     tmp_path.mkdir(exist_ok=True)
     scenario, prepared, market = setup(case)
-    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market), keep=True,
+    cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, **dealt(market), keep=True,
                     size=size)
     found = []
     for r, seed in enumerate(SEEDS):
@@ -248,7 +254,7 @@ def test_some_network_updates_use_query_points_older_than_the_last_update():
     replay then needs θ_L as it was when each query was sent (its ring of recent θ_L)."""
     for case in STALE:
         scenario, prepared, market = setup(case)
-        cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, *deal(market), keep=True)
+        cell = run_cell(scenario, SEEDS, prepared.consortium, prepared.objective, **dealt(market), keep=True)
         assert max(t.staleness for t in cell.tapes) > 0, case
 
 
@@ -295,13 +301,13 @@ def test_the_replay_refuses_a_tape_with_an_answer_beyond_a_ledger_or_out_of_orde
     extra = schedule_module.Tape(np.r_[tape.owner, 0], np.r_[tape.time, tape.time[-1] + 1.0],
                                  np.r_[tape.answer, 5], (), "iterations", False)
     with pytest.raises(RuntimeError, match="refused answers are never applied"):
-        replay_module.replay(learner, owners, [extra.chunks()], SEEDS[:1], capacities(owners), [0])
+        replay_module.replay(learner, owners, [extra.chunks()], SEEDS[:1], capacities(owners), at=[0])
     swapped = tape.answer.copy()
     first = np.flatnonzero(tape.owner == 0)[:2]
     swapped[first] = swapped[first[::-1]]
     disorder = schedule_module.Tape(tape.owner, tape.time, swapped, (), "iterations", False)
     with pytest.raises(RuntimeError, match="out of order"):
-        replay_module.replay(learner, owners, [disorder.chunks()], SEEDS[:1], capacities(owners), [0])
+        replay_module.replay(learner, owners, [disorder.chunks()], SEEDS[:1], capacities(owners), at=[0])
     with pytest.raises(RuntimeError, match="ledger refuses"):  # writing its events pays from the ledgers
         log_tape(extra, build_owners(scenario, prepared.consortium, prepared.objective), EventLog(None))
 

@@ -59,7 +59,7 @@ class _Training:
     """What run_uniform drives: a learner (its type), owners, exchanges and leaves with their times."""
 
     def __init__(self, allowed: list[int]) -> None:
-        self.learner = AsyncLearner(np.ones(len(allowed)), 2, 10, 1.0, 0.1, 1.0)
+        self.learner = AsyncLearner(np.ones(len(allowed)), 2, 10, 1.0, 0.1, theta_max=1.0)
         self.owners, self.k, self.ticks = [_Owner(a) for a in allowed], 0, []
 
     def exchange(self, owner: int, time: float) -> None:

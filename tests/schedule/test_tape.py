@@ -29,7 +29,7 @@ from dpmarket.schedule.protocol import record_points
 from dpmarket.schedule.scheduler import IdealSchedules, NetworkSchedule, Recorder
 from dpmarket.schedule.sim.network import build_network
 from dpmarket.schedule.tape import Chunk, Tape
-from tests.replay.test_kernel import CASES, STALE, deal, mismatches, setup
+from tests.replay.test_kernel import CASES, STALE, dealt, mismatches, setup
 
 SIZE, BLOCK = 7, 5
 STREAMED = ("squared_async", "squared_capped_leaves", "squared_all_exhausted", "unequal_rates_caps", "sync",
@@ -53,7 +53,7 @@ def test_overlapping_exchanges_cross_chunk_boundaries_in_these_cases():
     earlier chunk than its own (and so, with blocks of 5, in an earlier block)."""
     for case in STALE:
         scenario, prepared, market = setup(case)
-        cell = run_cell(scenario, (11, 12, 13, 14), prepared.consortium, prepared.objective, *deal(market),
+        cell = run_cell(scenario, (11, 12, 13, 14), prepared.consortium, prepared.objective, **dealt(market),
                         keep=True, size=SIZE)
         crossing = [np.sum(t.query // SIZE < np.arange(t.updates) // SIZE) for t in cell.tapes]
         assert sum(crossing) > 0, case
