@@ -26,6 +26,7 @@ import cProfile
 import io
 import os
 import pstats
+import shutil
 import statistics
 import subprocess
 import sys
@@ -39,7 +40,7 @@ from dpmarket.data import build_consortium
 from dpmarket.data.proxy import resolve_step
 from dpmarket.learning.objective import Objective, make_loss
 from dpmarket.privacy.cohort import build_owners, sensitivity
-from dpmarket.privacy.mechanisms import laplace_scale
+from dpmarket.privacy.mechanisms import laplace_scale, rounding_margin
 from dpmarket.runs.run import execute
 from dpmarket.scenario.loading import load
 from dpmarket.schedule.events import EventLog
@@ -126,12 +127,13 @@ def bare_run(setup: Setup, noise=None, trace: np.ndarray | None = None) -> tuple
     """Algorithm 1 as a plain numpy loop on the same sufficient statistics.
 
     ``noise(i)`` gives owner i's next noise vector; without it, numpy's own Laplace draws of
-    the same scale b_i = 2ΞT/(n_i ε_i). Returns (seconds, final θ_L).
+    the same scale b_i = 2ΞT/(n_i ε_i)·(1 + κ_i), κ_i the owners' floating-point margin. Returns
+    (seconds, final θ_L).
     """
     s, c = setup.scenario, setup.consortium
     xi = sensitivity(s, c)
     scale = [laplace_scale(xi, setup.T, c.owners[i].n, s.owner_value(i, "epsilon"))
-             for i in range(setup.N)]
+             * (1.0 + rounding_margin(c.owners[i].n, setup.objective.p)) for i in range(setup.N)]
     A, b, N, p, lam, tmax, a_i, a_L, share, inv_n = loop_constants(setup)
     theta_L, theta = np.zeros(p), np.zeros((N, p))
     gen = np.random.default_rng(0)
@@ -180,7 +182,7 @@ def same_computation(setup: Setup) -> dict:
     xi = sensitivity(setup.scenario, setup.consortium)
     scales_ok = all(
         o.scale == laplace_scale(xi, setup.T, o.data.n, setup.scenario.owner_value(o.index, "epsilon"))
-        and o.answers_allowed == setup.T for o in training.owners)
+        * (1.0 + o.margin) and o.answers_allowed == setup.T for o in training.owners)
     ledger_ok = all(o.ledger.answers == setup.sequence.count(o.index) for o in training.owners)
     diff = float(np.max(np.abs(ours - theirs)))
     tuned_diff = float(np.max(np.abs(ours[-1] - tuned_run(setup)[1])))
@@ -220,8 +222,13 @@ def profile_package(setup: Setup, lines: int = 18) -> str:
 
 
 def wall(cmd: list[str], repeats: int) -> list[float]:
+    """Wall seconds of ``repeats`` runs of ``cmd``; its --out directory is removed before each (a run
+    never replaces a directory it did not write)."""
+    out = Path(cmd[cmd.index("--out") + 1]) if "--out" in cmd else None
     times = []
     for _ in range(repeats):
+        if out is not None:
+            shutil.rmtree(out, ignore_errors=True)
         start = time.perf_counter()
         subprocess.run(cmd, check=True, capture_output=True, cwd=ROOT)
         times.append(time.perf_counter() - start)

@@ -117,8 +117,9 @@ def engine_rate(updates: int, learning: bool = True,
 def engine_processes(engine: Engine) -> int:
     """Long-lived processes: a clock per owner, an availability process per owner that has one."""
     net = engine.net
-    per_owner = 1 + (net.dropout.mean_online is not None) + bool(net.outages)
-    return engine.N * per_owner + (net.channels if net.mode == "broadcast" else 0)
+    available = sum(on is not None or bool(windows) for (on, _), windows in zip(net.periods, net.outages,
+                                                                               strict=True))
+    return engine.N + available + (net.channels if net.mode == "broadcast" else 0)
 
 
 def bare_rate(processes: int, events: int) -> float:
