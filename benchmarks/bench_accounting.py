@@ -109,7 +109,7 @@ class Stopwatch:
 
 def clear_caches() -> None:
     """Forget every calibration, ε curve, table and accountant evaluation (a new process's state)."""
-    for name in ("noise_multiplier", "epsilon_curve", "multiplier_table", "composed_epsilon"):
+    for name in ("calibration", "basic_gaussian", "_tight_cached", "epsilon_curve", "multiplier_table"):
         getattr(accounting, name).cache_clear()
 
 
