@@ -191,7 +191,8 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
     spread = psi.std(axis=1, ddof=1) / psi.mean(axis=1)
     box, zero = law.inputs.box, target.psi(np.zeros(target.p))
     keep = law.coalitions(np.array(levels)[:, None], prepared.consortium.sizes, np.array(masks)) < zero
-    full = quasi_nnls(columns[keep], psi[keep].mean(axis=1), box, PRIOR)
+    shape = {"zero": law.inputs.box_zero, "shape": law.inputs.noise_shape}
+    full = quasi_nnls(columns[keep], psi[keep].mean(axis=1), box, PRIOR, **shape)
     gen = np.random.default_rng(DESIGN_SEED)
     fits = {"observed": [], "fitted": []}
     for _ in range(draws):
@@ -199,7 +200,7 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
         mean = np.take_along_axis(psi, pick, axis=1).mean(axis=1)
         low = mean < zero  # the old fit kept the pilots whose mean came out below ψ(θ = 0)
         fits["observed"].append(relative_nnls(columns[low], mean[low])[1])
-        fits["fitted"].append(quasi_nnls(columns[keep], mean[keep], box, PRIOR)[1])
+        fits["fitted"].append(quasi_nnls(columns[keep], mean[keep], box, PRIOR, **shape)[1])
     print(f"the issue's market: {len(psi)} pilots x {runs} runs on the twin; relative SD of psi per run "
           f"{np.median(spread):.2f} (median over pilots; {spread.min():.2f}-{spread.max():.2f})")
     print(f"   c2 fitted to the means of all {runs} runs (weights from the fitted psi): {full[1]:.3f}; "
