@@ -239,46 +239,67 @@ def relative_nnls(columns: np.ndarray, psi: np.ndarray) -> np.ndarray:
 SHAPES = ("laplace", "gaussian")  # the answers' noise, which shapes a clipped copy's spread
 
 
-def clipped_copy(u: np.ndarray, shape: str) -> tuple[np.ndarray, ...]:
-    """(g, P, dg/du, dP/du) for X of the answers' noise ``shape`` with variance u·θmax², centred:
-    g = E Π(X)²/θmax² (Π clips to [−θmax, θmax]) and P = P(|X| > θmax), the share Π clips.
+TINY = {"laplace": 1.0 / 700.0, "gaussian": 0.01}  # below: g = u, P = 0 to 1e-14 relative (e^-37, φ(10))
+
+
+def clipped_copy(u: np.ndarray, shape: str, slopes: bool = False) -> tuple[np.ndarray, ...]:
+    """(g, P), and with ``slopes`` (dg/du, dP/du), for X of the answers' noise ``shape`` with
+    variance u·θmax², centred: g = E Π(X)²/θmax² (Π clips to [−θmax, θmax]) and P = P(|X| > θmax), the
+    share Π clips.
 
     Closed forms (t = θmax/b, b = θmax·sqrt(u/2) the Laplace scale; a = 1/sqrt(u) for the Gaussian):
     Laplace g = 2b²(1 − e⁻ᵗ) − 2b·e⁻ᵗ, P = e⁻ᵗ; Gaussian g = u·erf(a/√2) − 2φ(a)/a + erfc(a/√2),
     P = erfc(a/√2). g ≈ u while clipping is rare (exponentially small corrections), g → 1 as u → ∞
     with 1 − g ≈ (2/3)·P(|X| ≤ θmax) ∝ 1/sqrt(u): a copy lands inside Θ with a probability of about
-    θmax over its noise scale. Series where the closed forms cancel (u > 10⁶).
+    θmax over its noise scale. Series where the closed forms cancel (u > 10⁶); g = u, P = 0 below
+    ``TINY`` (where the corrections are under 10⁻¹⁴ of g), and only the other entries are computed: the
+    market asks for tens of thousands of coalitions' members at once.
     """
-    from scipy.special import erf, erfc  # deferred: scipy.special is slow to import
-
+    if shape not in TINY:
+        raise ValueError(f"unknown noise shape {shape!r}; expected one of {SHAPES}")
     u = np.asarray(u, dtype=float)
+    g, p = u.copy(), np.zeros_like(u)
+    dg, dp = np.ones_like(u), np.zeros_like(u)
+    some = u > TINY[shape]
+    if some.any():
+        values = _clipped(u[some], shape, slopes)
+        g[some], p[some] = values[:2]
+        if slopes:
+            dg[some], dp[some] = values[2:]
+    return (g, p, dg, dp) if slopes else (g, p)
+
+
+def _clipped(u: np.ndarray, shape: str, slopes: bool) -> tuple[np.ndarray, ...]:
+    """:func:`clipped_copy` where u > TINY (positive, possibly inf)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if shape == "laplace":
-            b = np.sqrt(u / 2.0)
+            b = np.sqrt(0.5 * u)
             t = 1.0 / b
-            e = np.exp(-t)
-            small = t < 1e-3
-            g = np.where(small, 1.0 - 2.0 * t / 3.0 + t * t / 4.0 - t**3 / 15.0,
-                         -2.0 * b * b * np.expm1(-t) - 2.0 * b * e)
-            slope = np.where(small, t**3 / 6.0, -np.expm1(-t) - e * (t + t * t / 2.0))
-            p_slope = np.where(u > 0, e * t / (2.0 * u), 0.0)
-            out = e
-        elif shape == "gaussian":
-            a = 1.0 / np.sqrt(u)
-            phi = np.exp(-a * a / 2.0) / math.sqrt(2.0 * math.pi)
-            phi0 = 1.0 / math.sqrt(2.0 * math.pi)
-            small = a < 1e-3
-            inside = erf(a / math.sqrt(2.0))
-            out = erfc(a / math.sqrt(2.0))
-            g = np.where(small, 1.0 - 4.0 / 3.0 * phi0 * a + 2.0 / 15.0 * phi0 * a**3,
-                         u * inside - 2.0 * phi / a + out)
-            slope = np.where(small, 2.0 / 3.0 * phi0 * a**3, inside - 2.0 * a * phi)
-            p_slope = np.where(u > 0, phi * a**3, 0.0)
-        else:
-            raise ValueError(f"unknown noise shape {shape!r}; expected one of {SHAPES}")
-    zero = u <= 0  # no noise: nothing clipped (the formulas give 0/0 there)
-    return (np.where(zero, 0.0, g), np.where(zero, 0.0, out), np.where(zero, 1.0, slope),
-            np.where(zero, 0.0, p_slope))
+            inside = -np.expm1(-t)  # 1 − e⁻ᵗ, exact for small t
+            out = 1.0 - inside
+            g = u * inside - 2.0 * b * out
+            slope = (inside - out * t * (1.0 + 0.5 * t)) if slopes else None
+            small = t < 1e-3  # u > 2·10⁶: the closed forms cancel, the series do not
+            if small.any():
+                ts = t[small]
+                g[small] = 1.0 - ts * (2.0 / 3.0 - ts * (0.25 - ts / 15.0))
+                if slopes:
+                    slope[small] = ts**3 / 6.0
+            return (g, out, slope, out * t / (2.0 * u)) if slopes else (g, out)
+        from scipy.special import erf, erfc  # deferred: scipy.special is slow to import
+
+        a = 1.0 / np.sqrt(u)
+        phi = np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        inside, out = erf(a / math.sqrt(2.0)), erfc(a / math.sqrt(2.0))
+        g = u * inside - 2.0 * phi / a + out
+        slope = (inside - 2.0 * a * phi) if slopes else None
+        small = a < 1e-3
+        if small.any():
+            phi0, As = 1.0 / math.sqrt(2.0 * math.pi), a[small]
+            g[small] = 1.0 - phi0 * As * (4.0 / 3.0 - 2.0 / 15.0 * As * As)
+            if slopes:
+                slope[small] = 2.0 / 3.0 * phi0 * As**3
+        return (g, out, slope, phi * a**3) if slopes else (g, out)
 
 
 def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "laplace",
@@ -314,12 +335,14 @@ def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "la
         pi, ratio = np.ones((u.size, 1)), np.ones((u.size, 1))
     else:
         pi, ratio = (np.asarray(a, dtype=float).reshape(u.size, -1) for a in spread)
-    g, p, dg, dp = clipped_copy(u.reshape(-1, 1) * ratio, shape)
+    copies = clipped_copy(u.reshape(-1, 1) * ratio, shape, slopes=slope)
+    g, p = copies[:2]
     outside = np.sum(pi * p, axis=1).reshape(u.shape)
     value = span * np.sum(pi * g, axis=1).reshape(u.shape) + zero * outside * outside
     value = np.where(finite, value, box)  # inf noise (no coalition) stays inf upstream
     if not slope:
         return value
+    dg, dp = copies[2:]
     d_outside = np.sum(pi * ratio * dp, axis=1).reshape(u.shape) / span
     derivative = np.sum(pi * ratio * dg, axis=1).reshape(u.shape) + 2.0 * zero * outside * d_outside
     return value, np.where(finite, derivative, 0.0)

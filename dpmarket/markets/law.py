@@ -312,15 +312,28 @@ def owner_noise(inputs: LawInputs, c: Coalitions, masks: np.ndarray) -> np.ndarr
     """(K, N): each member's term of the noise sum (a_i·(m_i/ε_i)², or a_i·variance_factor·z_i² for
     (ε, δ) noise; 0 outside the coalition), m_i as each member budgets it."""
     eps = np.broadcast_to(c.epsilons, masks.shape)
-    caps = caps_of(inputs, c)[masks]
-    if inputs.noise is None:
-        values = np.square(caps / eps[masks])
-    else:
-        deltas = np.broadcast_to(inputs.noise.deltas, masks.shape)[masks]
-        values = inputs.noise.squared(caps, eps[masks], deltas)  # members only
+    caps = caps_of(inputs, c)
+    if inputs.noise is None:  # dense arithmetic: cheaper than picking the members out
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.square(caps / eps) * owner_weights(inputs)
+        return np.where(masks, values, 0.0)
+    deltas = np.broadcast_to(inputs.noise.deltas, masks.shape)[masks]
     per_owner = np.zeros(masks.shape)
-    per_owner[masks] = values
+    per_owner[masks] = inputs.noise.squared(caps[masks], eps[masks], deltas)  # members only
     return per_owner * owner_weights(inputs)
+
+
+def alike_copies(inputs: LawInputs, c: Coalitions) -> bool:
+    """Whether every member's copy is as spread as any other's in every coalition (r_i = 1 in
+    :func:`copy_spread`): one clock rate, one cap (or none), one ε for all who take part and one δ.
+    The box then saturates the sum itself, without the (coalitions × owners) arrays that
+    :func:`copy_spread` builds (a market's offers and the pilots ask at one ε)."""
+    eps = np.asarray(c.epsilons, dtype=float)
+    positive = eps[eps > 0]
+    caps = inputs.caps if inputs.split == "capped" else np.full(len(inputs.caps), np.nan)
+    return bool(np.ptp(inputs.clock_rates) == 0 and positive.size and np.ptp(positive) == 0
+                and (np.isnan(caps).all() or (not np.isnan(caps).any() and np.ptp(caps) == 0))
+                and (inputs.noise is None or np.ptp(inputs.noise.deltas) == 0))
 
 
 def copy_spread(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
@@ -335,11 +348,11 @@ def copy_spread(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarra
     """
     masks = member_masks(c.members, len(inputs.clock_rates))
     per_owner = owner_noise(inputs, c, masks)
-    rates = np.where(masks, inputs.clock_rates, 0.0)
-    with np.errstate(divide="ignore", invalid="ignore"):  # an empty row: no copies (0 throughout)
-        pi = np.nan_to_num(rates / rates.sum(axis=1, keepdims=True))
-        share = np.nan_to_num(per_owner / per_owner.sum(axis=1, keepdims=True))
-        ratio = np.where(masks & (pi > 0), share / np.where(pi > 0, pi, 1.0), 0.0)
+    rates = inputs.clock_rates
+    total, noise = masks @ rates, per_owner.sum(axis=1)  # Λ_S and the noise sum
+    total, noise = np.where(total > 0, total, 1.0), np.where(noise > 0, noise, 1.0)  # empty rows: 0s
+    pi = masks * (rates[None, :] / total[:, None])
+    ratio = per_owner * (total / noise)[:, None] / rates[None, :]  # s_i/π_i; 0 outside
     return pi, ratio
 
 
@@ -395,8 +408,8 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     if c2 is not None:
         noise = c2 * noise
         if np.isfinite(inputs.box):
-            noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape,
-                              copy_spread(inputs, c))
+            spread = None if alike_copies(inputs, c) else copy_spread(inputs, c)
+            noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread)
     return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
 
 
