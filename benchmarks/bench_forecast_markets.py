@@ -33,6 +33,23 @@ pilots run 40 times each on the public twin, then 400 calibrations on 4 of the 4
 observed ψ (the fit before this benchmark's issue) and by the fitted ψ (now) — against the fit on
 all 40 runs.
 
+``--saturation`` checks the box's saturation (dpmarket/markets/forecast.py ``saturated``) against a
+scalar Monte Carlo of Algorithm 1's copies, apart from any market: one coordinate, θmax = 1, N
+copies and θ_L, owners asked uniformly, each copy's step pulled towards 0 by (N+1)ηh and kicked by
+Laplace noise of standard deviation κ_i, clipped to [−1, 1]; 4,000 replications of U = 1,000
+updates. Per setting: 3·E θ_L² clipped (the share of the box's spread reached) against the law copy
+by copy, the law as if every copy were alike, and the harmonic 1/(1/x + 1) used before, x being
+3·E θ_L² of the same chain unclipped; and 3·E θ_L² where kicks of 100 swamp every answer (θ_L uniform
+on the box gives 1). The κ_i spread log-normally (σ = 0, 0.5, 1, 1.5) as owners
+selling different ε do.
+
+``--oracle J`` diagnoses market J of the design (``--design-seed`` chooses the design): per policy,
+the forecast against the simulated mean as above, then the same law on the owners' own summary
+instead of the public twin's (an oracle: it reads the owners' records, which no market decision
+may), with the fitted multipliers and with 1 and 1, its noise-free and noise terms beside the
+twin's, and ψ(0) of the twin against the owners'. Where the oracle comes within ×1.5 and the twin
+does not, the twin's draw of the population is what the forecast missed.
+
 The forecast was developed on other markets than these: the design drawn with seed 2929
 (``--design-seed 2929``), and the issue's ten banks. Prints figures and PASS/FAIL; always exits 0 (it
 is a report, not a test).
@@ -191,7 +208,8 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
     spread = psi.std(axis=1, ddof=1) / psi.mean(axis=1)
     box, zero = law.inputs.box, target.psi(np.zeros(target.p))
     keep = law.coalitions(np.array(levels)[:, None], prepared.consortium.sizes, np.array(masks)) < zero
-    full = quasi_nnls(columns[keep], psi[keep].mean(axis=1), box, PRIOR)
+    shape = {"zero": law.inputs.box_zero, "shape": law.inputs.noise_shape}
+    full = quasi_nnls(columns[keep], psi[keep].mean(axis=1), box, PRIOR, **shape)
     gen = np.random.default_rng(DESIGN_SEED)
     fits = {"observed": [], "fitted": []}
     for _ in range(draws):
@@ -199,7 +217,7 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
         mean = np.take_along_axis(psi, pick, axis=1).mean(axis=1)
         low = mean < zero  # the old fit kept the pilots whose mean came out below ψ(θ = 0)
         fits["observed"].append(relative_nnls(columns[low], mean[low])[1])
-        fits["fitted"].append(quasi_nnls(columns[keep], mean[keep], box, PRIOR)[1])
+        fits["fitted"].append(quasi_nnls(columns[keep], mean[keep], box, PRIOR, **shape)[1])
     print(f"the issue's market: {len(psi)} pilots x {runs} runs on the twin; relative SD of psi per run "
           f"{np.median(spread):.2f} (median over pilots; {spread.min():.2f}-{spread.max():.2f})")
     print(f"   c2 fitted to the means of all {runs} runs (weights from the fitted psi): {full[1]:.3f}; "
@@ -211,6 +229,85 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
               f"mean {v.mean():.3f} +- {v.std(ddof=1) / np.sqrt(draws):.3f}")
 
 
+def copies(owners: int, pull: float, kicks: np.ndarray, clip: bool, replications: int = 4000,
+           updates: int = 1000, seed: int = DESIGN_SEED) -> float:
+    """3·E θ_L² of the scalar chain of ``--saturation`` (module docstring)."""
+    gen = np.random.default_rng(seed)
+    theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
+    for _ in range(updates):
+        i = gen.integers(0, owners, replications)
+        bar = 0.5 * (theta + copy[rows, i])
+        step = bar - (owners + 1) * pull * bar + gen.laplace(0.0, 1.0 / np.sqrt(2.0), replications) * kicks[i]
+        theta = bar
+        copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
+    return float(3.0 * np.mean(theta**2))
+
+
+def saturation() -> None:
+    """``--saturation``: the box's saturation against the scalar chain (module docstring)."""
+    from dpmarket.markets.forecast import saturated
+
+    gen = np.random.default_rng(DESIGN_SEED)
+    ratios: dict[str, list[float]] = {"copy by copy": [], "alike": [], "harmonic": []}
+    print(f"{'N':>3} {'eta*h':>6} {'spread':>6} {'kick':>5} {'x':>7} {'chain':>6} {'copy by copy':>13} "
+          f"{'alike':>6} {'harmonic':>8}")
+    for owners, pull in ((4, 0.005), (6, 0.001), (13, 0.005), (13, 0.02), (22, 0.003)):
+        for spread in (0.0, 0.5, 1.0, 1.5):
+            base = 1.0 / np.exp(gen.normal(0.0, spread, owners))  # kicks ∝ 1/ε
+            for level in (0.3, 1.0, 3.0):
+                kicks = base / np.sqrt(np.mean(base**2)) * level
+                x = copies(owners, pull, kicks, clip=False)
+                chain = copies(owners, pull, kicks, clip=True)
+                pi = np.full((1, owners), 1.0 / owners)
+                share = (kicks**2 / np.sum(kicks**2))[None, :]
+                law = {"copy by copy": saturated(np.array([x]), 1.0, 0.0, "laplace", (pi, share / pi))[0],
+                       "alike": saturated(np.array([x]), 1.0, 0.0, "laplace")[0], "harmonic": x / (1.0 + x)}
+                for name, value in law.items():
+                    ratios[name].append(chain / value)
+                print(f"{owners:>3} {pull:>6g} {spread:>6g} {level:>5g} {x:>7.3g} {chain:>6.3f} "
+                      + " ".join(f"{law[name]:>6.3f} ({chain / law[name]:.2f})" for name in law), flush=True)
+    for owners in (4, 13, 22):  # swamped: every copy on a face, θ_L = Σ 2⁻ᵏ(±1) uniform, 3·E θ_L² = 1
+        print(f"swamped (kicks of 100), N = {owners}: 3 E theta_L^2 = "
+              f"{copies(owners, 0.005, np.full(owners, 100.0), clip=True):.3f} (uniform on the box: 1)")
+    for name, values in ratios.items():
+        v = np.array(values)
+        print(f"chain/law, {name}: {v.min():.2f}-{v.max():.2f} (median {np.median(v):.2f}); within x1.25: "
+              f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}")
+
+
+def oracle(index: int, seed: int, replications: int) -> None:
+    """``--oracle J``: the law on the twin's summary against the owners' own (module docstring)."""
+    from dpmarket.data.proxy import summarise
+    from dpmarket.markets.law import build_inputs
+
+    d = design(max(16, index + 1), seed)[index]
+    with tempfile.TemporaryDirectory() as tmp:
+        c = compare.compare(scenario_of(d), list(POLICIES), replications, Path(tmp))
+        prepared = problem.prepare(c.scenario)
+        forecast, _ = calibration.resolve(c.scenario, prepared.consortium, prepared.objective, Path(tmp))
+    own = build_inputs(c.scenario, prepared.consortium,
+                       summarise("owners", prepared.objective, prepared.objective))
+    sizes = prepared.consortium.sizes
+    print(f"market {index} (design seed {seed}): {d.label()}; multipliers c0 = {forecast.c0:.3g}, "
+          f"c2 = {forecast.c2:.3g}")
+    print(f"   psi(0): twin {forecast.inputs.box_zero:.3g}, owners (oracle) {own.box_zero:.3g}")
+    print(f"   {'policy':<20} {'owners':>6} {'simulated':>10} {'sim/fcst':>8} {'oracle':>7} "
+          f"{'oracle 1,1':>10} {'free: twin':>10} {'oracle':>9} {'noise: twin':>11} {'oracle':>9}")
+    for r in c.results:
+        o = r.outcome
+        if not o.participates.any():
+            continue
+        mask = o.participates[None, :]
+        free, noise = forecast.terms(o.epsilon, sizes, mask)
+        free_o, noise_o = LawForecast(own).terms(o.epsilon, sizes, mask)
+        fitted = LawForecast(own, forecast.c0, forecast.c2).coalitions(o.epsilon, sizes, mask)[0]
+        plain = LawForecast(own).coalitions(o.epsilon, sizes, mask)[0]
+        mean = float(r.psi.mean())
+        print(f"   {o.policy:<20} {int(o.participates.sum()):>6} {mean:>10.4g} {mean / o.psi_forecast:>8.3f} "
+              f"{mean / fitted:>7.3f} {mean / plain:>10.3f} {free[0]:>10.3g} {free_o[0]:>9.3g} "
+              f"{noise[0]:>11.3g} {noise_o[0]:>9.3g}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="12 markets, 10 replications")
@@ -219,9 +316,19 @@ def main() -> None:
     parser.add_argument("--design-seed", type=int, default=DESIGN_SEED,
                         help=f"another draw of the design (default {DESIGN_SEED}, the reported one)")
     parser.add_argument("--cause", action="store_true", help="only the bootstrap of the calibration's bias")
+    parser.add_argument("--saturation", action="store_true",
+                        help="only the box's saturation against a scalar Monte Carlo of the copies")
+    parser.add_argument("--oracle", type=int, default=None, metavar="J",
+                        help="only market J: the law on the twin against the owners' own summary")
     args = parser.parse_args()
+    if args.oracle is not None:
+        oracle(args.oracle, args.design_seed, args.replications or 20)
+        return
     if args.cause:
         cause()
+        return
+    if args.saturation:
+        saturation()
         return
     markets = args.markets or (12 if args.quick else 16)
     replications = args.replications or (10 if args.quick else 20)

@@ -236,22 +236,123 @@ def relative_nnls(columns: np.ndarray, psi: np.ndarray) -> np.ndarray:
     return coef
 
 
-def saturated(noise: np.ndarray, box: float) -> np.ndarray:
-    """The noise term as the box Θ lets it grow: 1/ψ = 1/noise + 1/box (``box`` = inf: unchanged).
+SHAPES = ("laplace", "gaussian")  # the answers' noise, which shapes a clipped copy's spread
 
-    ``box`` is the ψ of a model spread uniformly over Θ, the limit the simulated ψ approaches when
-    noise swamps every answer (the clipped copies land anywhere in the box, dpmarket/markets/law.py).
+
+TINY = {"laplace": 1.0 / 700.0, "gaussian": 0.01}  # below: g = u, P = 0 to 1e-14 relative (e^-37, φ(10))
+
+
+def clipped_copy(u: np.ndarray, shape: str, slopes: bool = False) -> tuple[np.ndarray, ...]:
+    """(g, P), and with ``slopes`` (dg/du, dP/du), for X of the answers' noise ``shape`` with
+    variance u·θmax², centred: g = E Π(X)²/θmax² (Π clips to [−θmax, θmax]) and P = P(|X| > θmax), the
+    share Π clips.
+
+    Closed forms (t = θmax/b, b = θmax·sqrt(u/2) the Laplace scale; a = 1/sqrt(u) for the Gaussian):
+    Laplace g = 2b²(1 − e⁻ᵗ) − 2b·e⁻ᵗ, P = e⁻ᵗ; Gaussian g = u·erf(a/√2) − 2φ(a)/a + erfc(a/√2),
+    P = erfc(a/√2). g ≈ u while clipping is rare (exponentially small corrections), g → 1 as u → ∞
+    with 1 − g ≈ (2/3)·P(|X| ≤ θmax) ∝ 1/sqrt(u): a copy lands inside Θ with a probability of about
+    θmax over its noise scale. Series where the closed forms cancel (u > 10⁶); g = u, P = 0 below
+    ``TINY`` (where the corrections are under 10⁻¹⁴ of g), and only the other entries are computed: the
+    market asks for tens of thousands of coalitions' members at once.
+    """
+    if shape not in TINY:
+        raise ValueError(f"unknown noise shape {shape!r}; expected one of {SHAPES}")
+    u = np.asarray(u, dtype=float)
+    g, p = u.copy(), np.zeros_like(u)
+    dg, dp = np.ones_like(u), np.zeros_like(u)
+    some = u > TINY[shape]
+    if some.any():
+        values = _clipped(u[some], shape, slopes)
+        g[some], p[some] = values[:2]
+        if slopes:
+            dg[some], dp[some] = values[2:]
+    return (g, p, dg, dp) if slopes else (g, p)
+
+
+def _clipped(u: np.ndarray, shape: str, slopes: bool) -> tuple[np.ndarray, ...]:
+    """:func:`clipped_copy` where u > TINY (positive, possibly inf)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        if shape == "laplace":
+            b = np.sqrt(0.5 * u)
+            t = 1.0 / b
+            inside = -np.expm1(-t)  # 1 − e⁻ᵗ, exact for small t
+            out = 1.0 - inside
+            g = u * inside - 2.0 * b * out
+            slope = (inside - out * t * (1.0 + 0.5 * t)) if slopes else None
+            small = t < 1e-3  # u > 2·10⁶: the closed forms cancel, the series do not
+            if small.any():
+                ts = t[small]
+                g[small] = 1.0 - ts * (2.0 / 3.0 - ts * (0.25 - ts / 15.0))
+                if slopes:
+                    slope[small] = ts**3 / 6.0
+            return (g, out, slope, out * t / (2.0 * u)) if slopes else (g, out)
+        from scipy.special import erf, erfc  # deferred: scipy.special is slow to import
+
+        a = 1.0 / np.sqrt(u)
+        phi = np.exp(-0.5 * a * a) / math.sqrt(2.0 * math.pi)
+        inside, out = erf(a / math.sqrt(2.0)), erfc(a / math.sqrt(2.0))
+        g = u * inside - 2.0 * phi / a + out
+        slope = (inside - 2.0 * a * phi) if slopes else None
+        small = a < 1e-3
+        if small.any():
+            phi0, As = 1.0 / math.sqrt(2.0 * math.pi), a[small]
+            g[small] = 1.0 - phi0 * As * (4.0 / 3.0 - 2.0 / 15.0 * As * As)
+            if slopes:
+                slope[small] = 2.0 / 3.0 * phi0 * As**3
+        return (g, out, slope, phi * a**3) if slopes else (g, out)
+
+
+def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "laplace",
+              spread: tuple[np.ndarray, np.ndarray] | None = None, slope: bool = False):
+    """The noise term as the box Θ lets it grow (``box`` = inf: unchanged); with ``slope``, also its
+    derivative in ``noise`` (for the fit).
+
+    ``box`` = ψ_box, the ψ of a model spread uniformly over Θ, and ``zero`` = ψ(0), its part that
+    θ*'s offset makes. θ_L is averaged with the copy it meets at every exchange, θ_L ← (θ_L + θ_i)/2,
+    so it is Σ_k 2⁻ᵏ of the copies it met, and a copy is clipped to Θ after its own noisy step
+    (dpmarket/markets/law.py). Copies of second moment u per coordinate (in θmax²) give θ_L a third of
+    it, u/3, unclipped: so u = 3·E θ_L²/θmax² = noise/(box − zero), the noise term over the box's
+    spread. Clipped, each copy keeps g(u) = E Π(X)² of an X with the answers' noise ``shape``
+    (:func:`clipped_copy`), θ_L a third of that, and the clipping at faces centred on 0 — not on θ* —
+    moves θ_L's mean back towards 0 by the clipped share P, which costs P²·ψ(0). Copy by copy
+    (``spread`` = (π_i, r_i) per row, law.copy_spread: θ_L meets copy i at a share π_i of the
+    exchanges, and it is r_i times as spread as the average copy; None: all alike), u_i = r_i·u and
+
+        sat = (box − zero)·Σ_i π_i·g(u_i) + zero·(Σ_i π_i·P(u_i))²,
+
+    ≈ noise while copies are rarely clipped, → box as they all are (then θ_L = Σ 2⁻ᵏ·(±θmax) is
+    uniform on Θ). It approaches the box as 1/sqrt(noise) — a copy lands inside Θ with probability
+    ∝ θmax over its noise scale — where the harmonic 1/sat = 1/noise + 1/box approached it as
+    1/noise and overshot the simulated ψ up to ×1.7 (dpmarket/markets/law.py).
     """
     noise = np.asarray(noise, dtype=float)
     if not np.isfinite(box):
-        return noise
-    with np.errstate(invalid="ignore"):  # inf noise (no coalition) stays inf: handled by the callers
-        return np.where(np.isfinite(noise), noise * box / (noise + box), box)
+        return (noise, np.ones_like(noise)) if slope else noise
+    span = box - zero
+    finite = np.isfinite(noise)
+    u = np.where(finite, noise, 0.0) / span
+    if spread is None:
+        pi, ratio = np.ones((u.size, 1)), np.ones((u.size, 1))
+    else:
+        pi, ratio = (np.asarray(a, dtype=float).reshape(u.size, -1) for a in spread)
+    copies = clipped_copy(u.reshape(-1, 1) * ratio, shape, slopes=slope)
+    g, p = copies[:2]
+    outside = np.sum(pi * p, axis=1).reshape(u.shape)
+    value = span * np.sum(pi * g, axis=1).reshape(u.shape) + zero * outside * outside
+    value = np.where(finite, value, box)  # inf noise (no coalition) stays inf upstream
+    if not slope:
+        return value
+    dg, dp = copies[2:]
+    d_outside = np.sum(pi * ratio * dp, axis=1).reshape(u.shape) / span
+    derivative = np.sum(pi * ratio * dg, axis=1).reshape(u.shape) + 2.0 * zero * outside * d_outside
+    return value, np.where(finite, derivative, 0.0)
 
 
 def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
-               prior: np.ndarray | None = None, iterations: int = 200) -> np.ndarray:
-    """Non-negative multipliers x of ψ ≈ μ(x) = Σ_{c<C} x_c·A_c + saturated(x_C·A_C, box) (A_C the last
+               prior: np.ndarray | None = None, iterations: int = 200, *, zero: float = 0.0,
+               shape: str = "laplace", spread: tuple | None = None) -> np.ndarray:
+    """Non-negative multipliers x of ψ ≈ μ(x) = Σ_{c<C} x_c·A_c + saturated(x_C·A_C, box, zero, shape,
+    spread) (A_C the last
     column) that solve the quasi-likelihood equations of a constant *relative* error,
     Σ_k (ψ_k − μ_k)/μ_k² · ∂μ_k/∂x = 0, plus ``prior`` pseudo-observations λ_c (x_c − 1)² that hold a
     multiplier the pilots cannot tell apart at the law's own value 1.
@@ -264,8 +365,9 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
     column) removes that bias: the equations above have mean zero at the true multipliers.
 
     Pilots above the box (ψ_k beyond ``box`` plus the other columns) would take x_C to infinity, the
-    saturated term creeping towards ``box``; x_C stops where every pilot's term is within 10⁻⁶ of
-    saturation (x_C·A_C ≥ 10⁶·box), which forecasts the same ψ to that precision and stays finite.
+    saturated term creeping towards ``box`` (as 1/sqrt(x_C)); x_C stops where every pilot's term is
+    within 10⁻⁶ of saturation (x_C·A_C ≥ 10¹²·box), which forecasts the same ψ to that precision and
+    stays finite.
     """
     A, y = np.asarray(columns, dtype=float), np.asarray(psi, dtype=float)
     count = A.shape[1]
@@ -274,15 +376,14 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
 
     def model(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """μ(x) and its Jacobian."""
-        last = x[-1] * A[:, -1]
-        slope = np.ones_like(last) if not np.isfinite(box) else (box / (last + box)) ** 2
+        value, slope = saturated(x[-1] * A[:, -1], box, zero, shape, spread, slope=True)
         jac = np.column_stack([A[:, :-1], A[:, -1] * slope])
-        return A[:, :-1] @ x[:-1] + saturated(last, box), jac
+        return A[:, :-1] @ x[:-1] + value, jac
 
     from scipy.optimize import nnls  # deferred: scipy.optimize is slow to import
 
     positive = A[:, -1][A[:, -1] > 0]
-    cap = 1e6 * box / positive.min() if np.isfinite(box) and positive.size else np.inf
+    cap = 1e12 * box / positive.min() if np.isfinite(box) and positive.size else np.inf
     for step in range(iterations):
         mu, jac = model(x)
         weight = 1.0 / np.maximum(mu, 1e-300)

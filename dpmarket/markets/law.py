@@ -39,14 +39,27 @@ With an RDP or PLD accountant, or Gaussian answers (dpmarket/privacy/accounting.
 tables, within 10⁻³ of the owners' exact calibration) in place of m_i/ε_i, so one market can be
 compared under basic and tight accounting. Owners sell ε at the scenario's δ_i.
 
-**The box** Θ = {‖θ‖∞ ≤ θmax} bounds what noise can do: once a copy's noise step is comparable to
-the box, Π_Θ clips it, and when noise swamps every answer the copies land anywhere in the box and θ_L,
-an average of them, spreads over it: ψ tends to ψ_box = ψ(0) + θmax²·tr(H)/(6f*), the ψ of a model
-spread uniformly over Θ (measured where V exceeds ψ_box 300-fold: 0.93–1.19 ψ_box on eight
-coalitions of 4 to 40 owners). The noise term saturates towards it as 1/ψ = 1/V + 1/ψ_box
-(``forecast.saturated``; chosen over six other shapes on markets the forecast benchmark does not
-report), which followed simulations through the transition within about ×1.5 where V alone
-overshoots by ×10–1,000; below ψ ≈ 0.1·ψ_box it changes V by under 10 %.
+**The box** Θ = {‖θ‖∞ ≤ θmax} bounds what noise can do: when noise swamps every answer each copy
+is clipped to a face of Θ after its step, and θ_L, which is averaged with the copy it meets at every
+exchange (θ_L ← (θ_L + θ_i)/2: θ_L = Σ_k 2⁻ᵏ of the copies it met), is Σ 2⁻ᵏ·(±θmax) per coordinate —
+uniform on Θ: ψ tends to ψ_box = ψ(0) + θmax²·tr(H)/(6f*) (measured where V exceeds ψ_box 300-fold:
+0.93–1.19 ψ_box on eight coalitions of 4 to 40 owners). On the way there (``forecast.saturated``),
+a copy of second moment u·θmax² per coordinate gives θ_L u/3 unclipped, so u = V/(ψ_box − ψ(0));
+clipped, the copy keeps g(u) = E Π_Θ(X)² for X of the answers' noise (Laplace or Gaussian) and θ_L a
+third of that; the faces, centred on 0 rather than θ*, pull θ_L's mean back to 0 by the clipped share
+P(u), which costs P²·ψ(0). Copy by copy (``copy_spread``: an owner that sells little ε has a copy
+far noisier than the others', clipped while theirs are not), with θ_L meeting copy i at a share π_i:
+sat(V) = (ψ_box − ψ(0))·Σ_i π_i g(u_i) + ψ(0)·(Σ_i π_i P(u_i))². It approaches ψ_box as 1/sqrt(V) —
+a copy lands inside Θ with a probability of about θmax over its noise scale — where the harmonic
+1/ψ = 1/V + 1/ψ_box used before approached it as 1/V and overshot simulations by up to ×1.7 (a
+market's 14 equal banks) and ×2.8 (13 banks selling different ε). Checked against a scalar
+Monte Carlo of Algorithm 1's copies (``benchmarks/bench_forecast_markets.py --saturation``: one
+coordinate, 4 to 22 owners, their noise equal or spread as owners selling different ε, 60 settings):
+the simulated E θ_L²/(θmax²/3) over the law's is 0.76–1.49, median 1.01, 54 of 60 within ×1.25 (the
+harmonic: 0.34–1.06, 16 of 60). The misses are few owners or a weak pull towards θ*, where the copies'
+shared, slowly wandering mean is clipped too, which this does not count (the law then errs either
+way by up to ×1.5). At u = 0.1 it lowers V by 6 % (Laplace answers; 0.3 % Gaussian), exponentially
+less below.
 
 **Updates.** A coalition makes at most U_S = min(T, Σ_{i∈S} m_i) updates: with the capped split and
 caps given, every member may run out of answers well before T (4 owners of 3 answers each stop at
@@ -103,6 +116,16 @@ class LawInputs:
     box: float = np.inf  # ψ_box: ψ of a model spread uniformly over Θ (module docstring); inf: no box
     sampling: np.ndarray | None = None  # per owner, the share of g_i, Γ_i that sampling its n_i records
     #                                     makes (the rest: its declared shift); None: all of it
+
+    @property
+    def box_zero(self) -> float:
+        """ψ(0) = Σ_j w_j: the part of ψ_box that θ*'s offset makes (forecast.saturated)."""
+        return float(np.sum(self.floor_weights))
+
+    @property
+    def noise_shape(self) -> str:
+        """The answers' noise, which shapes how a clipped copy spreads (forecast.saturated)."""
+        return "laplace" if self.noise is None else self.noise.mechanism
 
     @cached_property
     def rate_values(self) -> np.ndarray:
@@ -284,13 +307,55 @@ def noise_per_step(inputs: LawInputs, c: Coalitions) -> np.ndarray:
 
 def composed_noise(inputs: LawInputs, c: Coalitions) -> np.ndarray:
     """Σ_{i∈S} a_i·variance_factor·z(m_i, ε_i, δ_i)² per coalition, m_i as each member budgets it."""
-    masks = member_masks(c.members, len(inputs.clock_rates))
+    return owner_noise(inputs, c, member_masks(c.members, len(inputs.clock_rates))).sum(axis=1)
+
+
+def owner_noise(inputs: LawInputs, c: Coalitions, masks: np.ndarray) -> np.ndarray:
+    """(K, N): each member's term of the noise sum (a_i·(m_i/ε_i)², or a_i·variance_factor·z_i² for
+    (ε, δ) noise; 0 outside the coalition), m_i as each member budgets it."""
     eps = np.broadcast_to(c.epsilons, masks.shape)
+    caps = caps_of(inputs, c)
+    if inputs.noise is None:  # dense arithmetic: cheaper than picking the members out
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.square(caps / eps) * owner_weights(inputs)
+        return np.where(masks, values, 0.0)
     deltas = np.broadcast_to(inputs.noise.deltas, masks.shape)[masks]
-    values = inputs.noise.squared(caps_of(inputs, c)[masks], eps[masks], deltas)  # members only
     per_owner = np.zeros(masks.shape)
-    per_owner[masks] = values
-    return per_owner @ owner_weights(inputs)
+    per_owner[masks] = inputs.noise.squared(caps[masks], eps[masks], deltas)  # members only
+    return per_owner * owner_weights(inputs)
+
+
+def alike_copies(inputs: LawInputs, c: Coalitions) -> bool:
+    """Whether every member's copy is as spread as any other's in every coalition (r_i = 1 in
+    :func:`copy_spread`): one clock rate, one cap (or none), one ε for all who take part and one δ.
+    The box then saturates the sum itself, without the (coalitions × owners) arrays that
+    :func:`copy_spread` builds (a market's offers and the pilots ask at one ε)."""
+    eps = np.asarray(c.epsilons, dtype=float)
+    positive = eps[eps > 0]
+    caps = inputs.caps if inputs.split == "capped" else np.full(len(inputs.caps), np.nan)
+    return bool(np.ptp(inputs.clock_rates) == 0 and positive.size and np.ptp(positive) == 0
+                and (np.isnan(caps).all() or (not np.isnan(caps).any() and np.ptp(caps) == 0))
+                and (inputs.noise is None or np.ptp(inputs.noise.deltas) == 0))
+
+
+def copy_spread(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray]:
+    """(π_i, r_i) per coalition and owner (K, N; 0 outside it) for the box's saturation.
+
+    θ_L meets owner i's copy at a share π_i = λ_i/Λ_S of the exchanges, and that copy carries owner
+    i's own noise steps: its share s_i of the noise sum (:func:`owner_noise`) over π_i, r_i = s_i/π_i,
+    is how much more (or less) spread it is than the average copy. An owner that sells little ε has
+    a copy far noisier than the others', which the box clips to its faces while the others' stay
+    inside: saturating the sum as if every copy were alike overshot ψ by up to ×2 where owners sold
+    different ε (forecast.saturated).
+    """
+    masks = member_masks(c.members, len(inputs.clock_rates))
+    per_owner = owner_noise(inputs, c, masks)
+    rates = inputs.clock_rates
+    total, noise = masks @ rates, per_owner.sum(axis=1)  # Λ_S and the noise sum
+    total, noise = np.where(total > 0, total, 1.0), np.where(noise > 0, noise, 1.0)  # empty rows: 0s
+    pi = masks * (rates[None, :] / total[:, None])
+    ratio = per_owner * (total / noise)[:, None] / rates[None, :]  # s_i/π_i; 0 outside
+    return pi, ratio
 
 
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
@@ -319,8 +384,9 @@ def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
-              coalitions) -> tuple[np.ndarray, np.ndarray]:
-    """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N))."""
+              coalitions, c2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N)); with
+    ``c2``, the noise term is c₂·V_S as the box saturates it (forecast.saturated, copy by copy)."""
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, coalitions, epsilons)
     h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
@@ -341,12 +407,17 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
              + jitter(c.owners)[:, None])  # (K, p), in units of q
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
     noise = noise_per_step(inputs, c) * (modes @ h) / scale
+    if c2 is not None:
+        noise = c2 * noise
+        if np.isfinite(inputs.box):
+            spread = None if alike_copies(inputs, c) else copy_spread(inputs, c)
+            noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread)
     return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
 
 
 @dataclass(frozen=True)
 class LawForecast:
-    """ψ̂_S = c₀·(F_S + B_S + S_S) + c₂·V_S over any coalitions, with the fit it came from (if any)."""
+    """ψ̂_S = c₀·(F_S + B_S + S_S) + sat(c₂·V_S) over any coalitions, with the fit it came from (if any)."""
 
     inputs: LawInputs = field(repr=False, compare=False)
     c0: float = 1.0
@@ -358,16 +429,18 @@ class LawForecast:
     excluded: int = 0  # pilots left out of the fit: ψ above the untrained model's (the box clips)
     form = "law"
 
-    def terms(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> tuple[np.ndarray, np.ndarray]:
-        """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty."""
+    def terms(self, epsilons: np.ndarray, records: np.ndarray, coalitions,
+              c2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The law's (noise-free, noise) terms per coalition, before the multipliers; inf when empty.
+        With ``c2``, the noise term is c₂·V_S saturated by the box (:func:`law_terms`)."""
         members = as_members(coalitions)
         if isinstance(members, Prefixes):  # running sums: no (K, N) temporaries to bound
-            return law_terms(self.inputs, epsilons, records, members)
+            return law_terms(self.inputs, epsilons, records, members, c2)
         if isinstance(members, Subsets):  # every subset of some players: blocks of codes (members.py)
             free, noise = np.full(members.count, np.inf), np.full(members.count, np.inf)
             for block in members.blocks(CHUNK):
                 at = slice(block.start - members.start, block.end - members.start)
-                free[at], noise[at] = law_terms(self.inputs, epsilons, records, block)
+                free[at], noise[at] = law_terms(self.inputs, epsilons, records, block, c2)
             return free, noise
         eps = np.asarray(epsilons, dtype=float)
         eps = eps if eps.ndim < 2 else np.broadcast_to(eps, members.masks.shape)  # one ε vector, or per row
@@ -376,7 +449,7 @@ class LawForecast:
         for start in range(0, len(rows), CHUNK):
             part = rows[start:start + CHUNK]
             free[part], noise[part] = law_terms(self.inputs, eps if eps.ndim < 2 else eps[part], records,
-                                                members.rows(part))
+                                                members.rows(part), c2)
         return free, noise
 
     def coalitions(self, epsilons: np.ndarray, records: np.ndarray, coalitions) -> np.ndarray:
@@ -386,10 +459,15 @@ class LawForecast:
         The one place the market computes ψ̂: every policy, the run summary, the ``forecast`` and
         ``market`` commands call this (through the forecast object they were given).
         """
-        free, noise = self.terms(epsilons, records, coalitions)
+        free, noise = self.terms(epsilons, records, coalitions, self.c2)
         some = np.isfinite(free)
-        return np.where(some, self.c0 * np.where(some, free, 0.0)
-                        + saturated(self.c2 * np.where(some, noise, 0.0), self.inputs.box), np.inf)
+        return np.where(some, self.c0 * np.where(some, free, 0.0) + np.where(some, noise, 0.0), np.inf)
+
+    def spread(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
+        """(π_i, r_i) of the coalitions ``masks`` (all non-empty) for the box's saturation
+        (:func:`copy_spread`): what the fit saturates the pilots' noise terms with."""
+        c = coalitions_of(self.inputs, np.asarray(records, dtype=float), masks, epsilons)
+        return copy_spread(self.inputs, c)
 
     def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂ (see :func:`noise_weights`)."""

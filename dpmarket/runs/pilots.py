@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
 CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-5"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-6"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -227,7 +227,9 @@ def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
     used = pilots.subset(keep)
     free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
     columns = np.column_stack([free, noise])
-    c0, c2 = quasi_nnls(columns, used.psi, law.inputs.box, PRIOR)
+    spread = law.spread(used.epsilon[:, None], used.records, used.masks)
+    c0, c2 = quasi_nnls(columns, used.psi, law.inputs.box, PRIOR, zero=law.inputs.box_zero,
+                        shape=law.inputs.noise_shape, spread=spread)
     fitted = LawForecast(law.inputs, float(c0), float(c2))
     predicted = fitted.coalitions(used.epsilon[:, None], used.records, used.masks)
     quality = fit_quality(predicted, used.psi, used.masks.sum(axis=1))

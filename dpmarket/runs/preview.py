@@ -69,7 +69,7 @@ def _law_terms(forecast, eps: np.ndarray, sizes: np.ndarray, members: np.ndarray
         return ""
     free, noise = forecast.terms(eps, sizes, members)
     noise_text = f"{forecast.c2:.3g} x {noise[0]:.4g} (noise)"
-    if np.isfinite(forecast.inputs.box):  # 1/sat = 1/(c2·V) + 1/ψ_box (dpmarket/markets/law.py)
+    if np.isfinite(forecast.inputs.box):  # sat(c2·V) towards ψ_box (dpmarket/markets/forecast.py)
         noise_text = f"sat({noise_text}; box psi {forecast.inputs.box:.4g})"
     return f" = {forecast.c0:.3g} x {free[0]:.4g} (noise-free: floor, bias, selection) + {noise_text}"
 

@@ -75,17 +75,42 @@ def test_weights_from_the_fitted_psi_remove_the_bias_of_weights_from_the_observe
     assert old.mean() < 1.0 - 0.1 and old.mean() < new.mean() - 5 * se  # the bias the issue saw
 
 
+@pytest.mark.parametrize("shape", ["laplace", "gaussian"])
+def test_a_clipped_copy_keeps_what_monte_carlo_says(shape):
+    """E Π(X)² and P(|X| > θmax) in closed form against 400,000 draws of X (variance u·θmax², θmax = 1)
+    within 5 standard errors of the draws' means, at u from rarely to mostly clipped; the other
+    noise's closed form (the deliberately wrong input) is many standard errors off at u = 1."""
+    from dpmarket.markets.forecast import clipped_copy
+
+    gen = np.random.default_rng(29)
+    other = "gaussian" if shape == "laplace" else "laplace"
+    for u in (0.1, 1.0, 10.0):
+        x = (gen.laplace(0.0, np.sqrt(u / 2), 400_000) if shape == "laplace"
+             else gen.normal(0.0, np.sqrt(u), 400_000))
+        kept, out = np.clip(x, -1.0, 1.0) ** 2, np.abs(x) > 1.0
+        g, p = clipped_copy(np.array([u]), shape)
+        se_g, se_p = kept.std(ddof=1) / np.sqrt(x.size), out.std(ddof=1) / np.sqrt(x.size)
+        assert abs(g[0] - kept.mean()) <= 5 * se_g and abs(p[0] - out.mean()) <= 5 * se_p, (u, g, p)
+        if u == 1.0:
+            assert abs(clipped_copy(np.array([u]), other)[0][0] - kept.mean()) > 50 * se_g
+
+
 def test_the_box_saturates_the_noise_term_and_the_fit_sees_through_it():
     from dpmarket.markets.forecast import quasi_nnls, saturated
 
-    box = 8.0
-    assert saturated(np.array([1e-3]), box)[0] == pytest.approx(1e-3, rel=2e-4)
-    assert saturated(np.array([1e6]), box)[0] == pytest.approx(box, rel=1e-5)
+    box, zero = 8.0, 1.5
+    for shape in ("laplace", "gaussian"):
+        assert saturated(np.array([1e-3]), box, zero, shape)[0] == pytest.approx(1e-3, rel=1e-12)
+        far = box - saturated(np.array([1e6, 4e6]), box, zero, shape)
+        assert np.all(far > 0) and far[0] / box < 5e-3  # towards the box, as 1/sqrt(noise):
+        assert far[0] / far[1] == pytest.approx(2.0, rel=1e-2)  # four times the noise, half the gap
     assert np.array_equal(saturated(np.array([3.0, 50.0]), np.inf), [3.0, 50.0])
     noise = np.geomspace(1e-3, 100.0, 12)  # pilots from far below to far above the box
     columns = np.column_stack([np.full(12, 1e-4), noise])
-    psi = 2.0 * 1e-4 + saturated(0.7 * noise, box)  # c0 = 2, c2 = 0.7, no noise
-    assert quasi_nnls(columns, psi, box) == pytest.approx([2.0, 0.7], rel=1e-6)
+    spread = (np.tile([0.25, 0.75], (12, 1)), np.tile([3.0, 1.0 / 3.0], (12, 1)))  # a noisy copy, two quiet
+    psi = 2.0 * 1e-4 + saturated(0.7 * noise, box, zero, "laplace", spread)  # c0 = 2, c2 = 0.7, no noise
+    fitted = quasi_nnls(columns, psi, box, zero=zero, shape="laplace", spread=spread)
+    assert fitted == pytest.approx([2.0, 0.7], rel=1e-6)
     linear = quasi_nnls(columns, psi)  # a fit that ignores the box cannot find them
     assert abs(linear[1] - 0.7) > 0.1
 
@@ -99,7 +124,7 @@ def test_pilots_above_the_box_give_a_finite_fit_at_saturation():
     psi, box = np.array([2.248, 5.789, 6.746, 7.327]), 2.8693620305662866
     c0, c2 = quasi_nnls(np.column_stack([free, noise]), psi, box, np.array([1.0, 0.0]))
     assert np.isfinite(c0) and np.isfinite(c2)
-    assert np.all(c2 * noise >= 1e6 * box * (1 - 1e-12))  # saturated everywhere
+    assert np.all(c2 * noise >= 1e12 * box * (1 - 1e-12))  # saturated everywhere
     mu = c0 * free + saturated(c2 * noise, box)
     assert np.allclose(mu, c0 * free + box, rtol=1e-5)
 
