@@ -303,7 +303,7 @@ def _clipped(u: np.ndarray, shape: str, slopes: bool) -> tuple[np.ndarray, ...]:
 
 
 def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "laplace",
-              spread: tuple[np.ndarray, np.ndarray] | None = None, slope: bool = False):
+              spread: tuple[np.ndarray, np.ndarray] | None = None, *, slope: bool = False):
     """The noise term as the box Θ lets it grow (``box`` = inf: unchanged); with ``slope``, also its
     derivative in ``noise`` (for the fit).
 

@@ -419,7 +419,7 @@ def test_the_box_saturates_the_noise_copy_by_copy_as_simulation_does():
 
     one_noisy = np.array([0.3, 10.0, 10.0, 10.0, 10.0, 10.0])
     for eps in (np.full(6, 100.0), np.full(6, 0.01), np.full(6, 3.0), one_noisy):
-        psi = np.array(final_psis(s, seeds, consortium, objective, np.arange(6), eps))
+        psi = np.array(final_psis(s, seeds, consortium, objective, np.arange(6), epsilons=eps))
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         assert within(forecast.coalitions(eps, sizes, everyone)[0], mean, se), (eps, mean)
     free, noise = forecast.terms(one_noisy, sizes, everyone)
