@@ -492,11 +492,19 @@ def specialised(kind: str, p: int, loss: int, clip: bool = False):
 def gradients(ZT, y, limit, clip, thetas, loss, out) -> None:
     """out[q] = (1/n) Σ_j ℓ'(θ_qᵀz_j; y_j) z_j for each row θ_q of ``thetas``, each ℓ' clipped to
     ±limit_j when ``clip``: the answers of one owner at m query points."""
-    p = ZT.shape[0]
+    gradient_kernel(ZT.shape[0], loss, bool(clip))(ZT, y, limit, thetas, out)
+
+
+def gradient_kernel(p: int, loss: int, clip: bool):
+    """The compiled answer kernel of p features, ``loss`` (a code) and clipping, called as
+    (ZT, y, limit, thetas, out): the one :func:`gradients` calls (an owner binds it once)."""
     if p <= SPECIALISED:
-        specialised("gradient", p, loss, bool(clip))(ZT, y, limit, thetas, out)
-    else:
+        return specialised("gradient", p, loss, clip)
+
+    def kernel(ZT, y, limit, thetas, out) -> None:
         _gradients_any(ZT, y, limit, clip, thetas, loss, out)
+
+    return kernel
 
 
 def sums(ZT, y, thetas, loss, out) -> None:
