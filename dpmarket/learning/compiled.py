@@ -258,6 +258,31 @@ def _sums_any(ZT, y, thetas, loss, out):  # pragma: no cover - compiled
             out[q] += _total(u, w)
 
 
+@njit(cache=True, error_model="numpy")
+def async_update(theta_bar, answer, weight, consts, block):  # pragma: no cover - compiled
+    """Step 7 of Algorithm 1 into ``block`` (rows: θ_i's new value, θ_L's), with
+    ``consts`` = (2λ, 2N, a_i, a_L, θmax): per coordinate the operations of
+    :meth:`AsyncLearner.update`'s ufuncs in their order, IEEE double without fastmath (no
+    reordering, no fused multiply-add), and the projection's maximum and minimum as numpy's (NaN
+    kept): the same bits."""
+    two_lam, two_n, step_owner, step_central, bound = consts[0], consts[1], consts[2], consts[3], consts[4]
+    for k in range(theta_bar.shape[0]):
+        grad_g = two_lam * theta_bar[k]
+        own = grad_g / two_n + weight * answer[k]
+        own = theta_bar[k] - step_owner * own
+        central = theta_bar[k] - step_central * grad_g
+        if own < -bound:
+            own = -bound
+        if own > bound:
+            own = bound
+        if central < -bound:
+            central = -bound
+        if central > bound:
+            central = bound
+        block[0, k] = own
+        block[1, k] = central
+
+
 # --- kernels written out for p features --------------------------------------------------------------
 
 LDEXP = llvm_version_info >= (17,)  # llvm.ldexp exists from LLVM 17 (llvmlite 0.42 has LLVM 14)

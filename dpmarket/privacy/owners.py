@@ -49,21 +49,22 @@ def project(theta: np.ndarray, theta_max: float) -> np.ndarray:
 
 def _finite(answer: np.ndarray) -> bool:
     """Whether every coordinate of ``answer`` is finite, in a third of the time of
-    ``np.isfinite(answer).all()``: its dot product with weights 2⁻¹⁰⁰⁰ (each product exact or
-    underflowing, never overflowing: |a|·2⁻¹⁰⁰⁰ < 2²⁴) is ±inf or NaN exactly when a coordinate is."""
+    ``np.isfinite(answer).all()``: its dot product with p weights 2⁻ᵏ ≤ 1/p is ±inf or NaN exactly when
+    a coordinate is (the weighted sum of finite doubles stays within the largest double, and only a
+    subnormal coordinate can underflow)."""
     if type(answer) is not np.ndarray or answer.ndim != 1:
         return bool(np.isfinite(answer).all())
-    return math.isfinite(answer.dot(_tiny(answer.shape[0])))
+    return math.isfinite(answer.dot(_weights(answer.shape[0])))
 
 
-_TINY: dict[int, np.ndarray] = {}
+_WEIGHTS: dict[int, np.ndarray] = {}
 
 
-def _tiny(p: int) -> np.ndarray:
-    """A read-only vector of p weights 2⁻¹⁰⁰⁰, made once per p."""
-    weights = _TINY.get(p)
+def _weights(p: int) -> np.ndarray:
+    """A read-only vector of p weights 2⁻ᵏ, the largest power of two not above 1/p; made once per p."""
+    weights = _WEIGHTS.get(p)
     if weights is None:
-        weights = _TINY[p] = np.full(p, 2.0**-1000)
+        weights = _WEIGHTS[p] = np.full(p, 2.0 ** -math.ceil(math.log2(max(p, 1))))
         weights.flags.writeable = False
     return weights
 

@@ -109,15 +109,16 @@ def test_the_bound_answer_is_the_bits_of_the_projection_and_the_losss_own_method
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 @pytest.mark.parametrize("where", [0, -1])
 def test_an_answer_with_one_non_finite_coordinate_is_never_let_out(bad, where):
-    """respond's finiteness check (a dot product with weights 2⁻¹⁰⁰⁰) catches NaN, +inf and −inf in any
-    coordinate; the same answer with every coordinate finite passes, the largest doubles included."""
+    """respond's finiteness check (a dot product with weights 2⁻ᵏ ≤ 1/p) catches NaN, +inf and −inf in any
+    coordinate; the same answer with every coordinate finite passes, the largest doubles of one sign
+    included (their weighted sum stays finite)."""
     _, owners = owners_at()
     owner = owners[0]
     p = owner.noise.dim
     exact = np.full(p, 0.25)
     owner.exact_answer = lambda theta: exact.copy()
     assert np.isfinite(owner.respond(np.zeros(p))).all()
-    exact[:] = np.finfo(float).max * np.resize([1.0, -1.0], p) / 2  # no noise draw can take these over
+    exact[:] = np.finfo(float).max / 2  # no noise draw takes these over the largest double
     assert np.isfinite(owner.respond(np.zeros(p))).all()
     exact[where] = bad
     with pytest.raises(FloatingPointError, match="non-finite answer"):
