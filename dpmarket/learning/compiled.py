@@ -258,6 +258,31 @@ def _sums_any(ZT, y, thetas, loss, out):  # pragma: no cover - compiled
             out[q] += _total(u, w)
 
 
+@njit(cache=True, error_model="numpy")
+def async_update(theta_bar, answer, weight, consts, block):  # pragma: no cover - compiled
+    """Step 7 of Algorithm 1 into ``block`` (rows: θ_i's new value, θ_L's), with
+    ``consts`` = (2λ, 2N, a_i, a_L, θmax): per coordinate the operations of
+    :meth:`AsyncLearner.update`'s ufuncs in their order, IEEE double without fastmath (no
+    reordering, no fused multiply-add), and the projection's maximum and minimum as numpy's (NaN
+    kept): the same bits."""
+    two_lam, two_n, step_owner, step_central, bound = consts[0], consts[1], consts[2], consts[3], consts[4]
+    for k in range(theta_bar.shape[0]):
+        grad_g = two_lam * theta_bar[k]
+        own = grad_g / two_n + weight * answer[k]
+        own = theta_bar[k] - step_owner * own
+        central = theta_bar[k] - step_central * grad_g
+        if own < -bound:
+            own = -bound
+        if own > bound:
+            own = bound
+        if central < -bound:
+            central = -bound
+        if central > bound:
+            central = bound
+        block[0, k] = own
+        block[1, k] = central
+
+
 # --- kernels written out for p features --------------------------------------------------------------
 
 LDEXP = llvm_version_info >= (17,)  # llvm.ldexp exists from LLVM 17 (llvmlite 0.42 has LLVM 14)
@@ -492,11 +517,19 @@ def specialised(kind: str, p: int, loss: int, clip: bool = False):
 def gradients(ZT, y, limit, clip, thetas, loss, out) -> None:
     """out[q] = (1/n) Σ_j ℓ'(θ_qᵀz_j; y_j) z_j for each row θ_q of ``thetas``, each ℓ' clipped to
     ±limit_j when ``clip``: the answers of one owner at m query points."""
-    p = ZT.shape[0]
+    gradient_kernel(ZT.shape[0], loss, bool(clip))(ZT, y, limit, thetas, out)
+
+
+def gradient_kernel(p: int, loss: int, clip: bool):
+    """The compiled answer kernel of p features, ``loss`` (a code) and clipping, called as
+    (ZT, y, limit, thetas, out): the one :func:`gradients` calls (an owner binds it once)."""
     if p <= SPECIALISED:
-        specialised("gradient", p, loss, bool(clip))(ZT, y, limit, thetas, out)
-    else:
+        return specialised("gradient", p, loss, clip)
+
+    def kernel(ZT, y, limit, thetas, out) -> None:
         _gradients_any(ZT, y, limit, clip, thetas, loss, out)
+
+    return kernel
 
 
 def sums(ZT, y, thetas, loss, out) -> None:

@@ -141,6 +141,11 @@ def backend() -> str:
     return "numba" if choice() == "numba" else "numpy"
 
 
+def pinned_backend() -> str | None:
+    """The backend pinned in this thread, or None: what a per-update caller reads (no environment)."""
+    return getattr(_state, "backend", None)
+
+
 def is_pinned() -> bool:
     """Whether a command has decided the backend in this thread."""
     return getattr(_state, "backend", None) is not None

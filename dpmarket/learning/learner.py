@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpmarket.learning import kernels
+
 THETA_L_STEPS = ("printed", "proof")
 
 
@@ -17,6 +19,16 @@ def _project(x: np.ndarray, bound: float, out: np.ndarray) -> None:
     Python wrapper costs more than the arithmetic at this size)."""
     np.minimum(np.maximum(x, -bound, out=out), bound, out=out)
 WEIGHTINGS = ("none", "inverse_frequency")
+_loaded = []  # dpmarket.learning.compiled once imported (it imports numba)
+
+
+def _compiled():
+    """The compiled kernels' module, imported at the first update under the numba backend."""
+    if not _loaded:
+        from dpmarket.learning import compiled
+
+        _loaded.append(compiled)
+    return _loaded[0]
 
 
 class AsyncLearner:
@@ -64,13 +76,20 @@ class AsyncLearner:
 
         Both steps are computed side by side in a scratch block (rows: θ_i's step, θ_L's), each
         with the operations of the formula in its order, so the bits are the formula's; eight
-        small ufunc calls and no temporaries (at p ≈ 10 their calls are the cost)."""
+        small ufunc calls and no temporaries (at p ≈ 10 their calls are the cost). Where a run has
+        pinned the numba backend, one compiled call does the same operations in the same order
+        (:func:`dpmarket.learning.compiled.async_update`: the same bits, tested)."""
         self.k += 1
         self.counts[owner] += 1
         weight = self._share[owner]
         if self.weighting != "none":
             weight *= self._frequency_weight(owner)
         block, term = self._scratch()
+        if kernels.pinned_backend() == "numba" and type(answer) is np.ndarray:  # compiled: the same bits
+            _compiled().async_update(theta_bar, answer, weight, self._consts, block)
+            self.theta[owner] = block[0]
+            self.theta_L[...] = block[1]
+            return
         own, central = block
         grad_g = np.multiply(2.0 * self.lam, theta_bar, out=central)  # ∇g(θ̄) = 2λθ̄
         np.divide(grad_g, 2 * self.N, out=own)
@@ -87,6 +106,8 @@ class AsyncLearner:
             p = self.theta_L.shape[0]
             self._block, self._term, self._scratch_of = np.empty((2, p)), np.empty(p), self
             self._steps = np.array([[self.step_owner], [self.step_central]])
+            self._consts = np.array([2.0 * self.lam, 2 * self.N, self.step_owner, self.step_central,
+                                     self.theta_max], dtype=float)
         return self._block, self._term
 
     def _frequency_weight(self, owner: int) -> float:

@@ -15,6 +15,8 @@ agree within 10⁻¹² relative (tested), not bit for bit.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -41,6 +43,26 @@ def gradients(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray,
         clip = limit is not None
         _compiled().gradients(ZT, y, limit if clip else _NO_LIMIT, clip, thetas, LOSS_CODES[loss], out)
         return out
+    _numpy_gradients(thetas, out, loss=loss, ZT=ZT, y=y, limit=limit)
+    return out
+
+
+def answerer(loss: str, ZT: np.ndarray, y: np.ndarray,
+             limit: np.ndarray | None = None) -> Callable[[np.ndarray, np.ndarray], None]:
+    """:func:`gradients` with the owner bound: a function of (thetas, out) — ``thetas`` C-contiguous
+    float (m, p), ``out`` float (m, p) — that writes the answers into ``out`` with the kernel of the
+    backend in force now (:func:`kernels.backend`). An owner that answers many times binds it once
+    (the compiled kernel for its p, loss and clipping, :func:`compiled.gradient_kernel`, the one
+    :func:`gradients` calls: the same bits)."""
+    if kernels.backend() == "numba":
+        kernel = _compiled().gradient_kernel(ZT.shape[0], LOSS_CODES[loss], limit is not None)
+        return partial(kernel, ZT, y, _NO_LIMIT if limit is None else limit)
+    return partial(_numpy_gradients, loss=loss, ZT=ZT, y=y, limit=limit)
+
+
+def _numpy_gradients(thetas: np.ndarray, out: np.ndarray, *, loss: str, ZT: np.ndarray, y: np.ndarray,
+                     limit: np.ndarray | None) -> None:
+    """The numpy kernel of :func:`gradients`, into ``out``."""
     n = len(y)
     step = max(1, GROUP_VALUES // max(1, n))
     for start in range(0, len(thetas), step):
@@ -51,7 +73,6 @@ def gradients(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray,
             np.maximum(d, lower, out=d)
             np.minimum(d, limit, out=d)
         out[start:start + step] = np.matmul(ZT, d[:, :, None])[:, :, 0] / n
-    return out
 
 
 def sums(loss: str, ZT: np.ndarray, y: np.ndarray, thetas: np.ndarray) -> np.ndarray:

@@ -16,9 +16,14 @@ the noise by LAPLACE_TAIL times its scale, which the run checks.
 
 from __future__ import annotations
 
+import math
+import threading
+from collections.abc import Callable
+
 import numpy as np
 
-from dpmarket.learning.objective import Loss, OwnerData
+from dpmarket.learning import kernels, records
+from dpmarket.learning.objective import HingeLoss, LogisticLoss, Loss, OwnerData, SquaredLoss
 from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.privacy.mechanisms import (
     Accountant,
@@ -40,6 +45,28 @@ def project(theta: np.ndarray, theta_max: float) -> np.ndarray:
     """Π_Θ: each coordinate clipped to [−θmax, θmax] (maximum, then minimum, as the learner does; a
     point of Θ comes back unchanged, bit for bit)."""
     return np.minimum(np.maximum(theta, -theta_max), theta_max)
+
+
+def _finite(answer: np.ndarray) -> bool:
+    """Whether every coordinate of ``answer`` is finite, in a third of the time of
+    ``np.isfinite(answer).all()``: its dot product with p weights 2⁻ᵏ ≤ 1/p is ±inf or NaN exactly when
+    a coordinate is (the weighted sum of finite doubles stays within the largest double, and only a
+    subnormal coordinate can underflow)."""
+    if type(answer) is not np.ndarray or answer.ndim != 1:
+        return bool(np.isfinite(answer).all())
+    return math.isfinite(answer.dot(_weights(answer.shape[0])))
+
+
+_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _weights(p: int) -> np.ndarray:
+    """A read-only vector of p weights 2⁻ᵏ, the largest power of two not above 1/p; made once per p."""
+    weights = _WEIGHTS.get(p)
+    if weights is None:
+        weights = _WEIGHTS[p] = np.full(p, 2.0 ** -math.ceil(math.log2(max(p, 1))))
+        weights.flags.writeable = False
+    return weights
 
 
 def answer_bound(xi: float, scale: float) -> float:
@@ -77,6 +104,11 @@ class DataOwner:
             self.scale = self.multiplier * self.sensitivity
         self.charge, self.ledger = self._ledger()
         self.noise = make_noise(guarantee.mechanism, noise_rng, self.scale, dim, block=min(256, answers))
+        self._bound: tuple | None = None  # (backend, thread, answer function): exact_answer
+
+    def __getstate__(self) -> dict:
+        """A copy or a pickle binds its own answer function (the binding holds this owner's buffers)."""
+        return {**self.__dict__, "_bound": None}
 
     @property
     def epsilon(self) -> float:
@@ -119,6 +151,43 @@ class DataOwner:
         an answer would shift by 3.5 times the sensitivity between neighbours. Algorithm 1 never asks
         outside Θ (its copies are projected and θ̄ is their midpoint, in floating point too), so the
         projection changes no answer it asks for; the owner does not rely on it."""
+        bound = self._bound  # bound at the first answer of this thread and kernel backend (pinned per
+        # run); a binding serves one thread, as its buffer does
+        if bound is None or bound[0] != kernels.backend() or bound[1] != threading.get_ident():
+            bound = self._bound = (kernels.backend(), threading.get_ident(), self._bind())
+        return bound[2](theta)
+
+    def _bind(self) -> Callable[[np.ndarray], np.ndarray]:
+        """Q_i as a function of θ with everything but θ bound once: the Gram statistics, or the records,
+        the clip limits and the kernel for the backend in force (:func:`records.answerer`), and a buffer
+        that θ is projected into. Each answer is the bits of the loss's own ``mean_grad`` or
+        ``clipped_mean_grad`` at ``project(θ)`` (the same operations on the same values); a loss of
+        another class than the three built in answers through those methods."""
+        loss, data, tmax, clip = self.loss, self.data, self.theta_max, self.clip
+        if type(loss) is SquaredLoss and clip is None:  # SquaredLoss.mean_grad, from the statistics
+            A, b, two_n = data.stats.A, data.stats.b, 2.0 / data.n
+            point = np.empty(A.shape[0])
+
+            def from_stats(theta: np.ndarray) -> np.ndarray:
+                q = np.minimum(np.maximum(theta, -tmax, out=point), tmax, out=point)  # project()
+                return two_n * (A @ q - b)
+            return from_stats
+        if type(loss) not in (SquaredLoss, LogisticLoss, HingeLoss):
+            return self._generic_answer
+        limit = None if clip is None else data.limits(clip, self.norm)  # Loss.mean_grads' limit
+        kernel = records.answerer(loss.name, data.columns, data.records()[1], limit)
+        points = np.empty((1, data.columns.shape[0]))  # Loss.mean_grad's θ[None]
+        point = points[0]
+
+        def from_records(theta: np.ndarray) -> np.ndarray:
+            np.minimum(np.maximum(theta, -tmax, out=point), tmax, out=point)  # project()
+            out = np.empty_like(points)
+            kernel(points, out)
+            return out[0]
+        return from_records
+
+    def _generic_answer(self, theta: np.ndarray) -> np.ndarray:
+        """:meth:`exact_answer` through the loss's methods (a loss class not built in)."""
         theta = project(theta, self.theta_max)
         if self.clip is None:
             return self.loss.mean_grad(theta, self.data)
@@ -129,7 +198,7 @@ class DataOwner:
         if not self.ledger.try_pay(self.charge):
             return None
         answer = self.exact_answer(theta) + self.noise.draw()
-        if not np.isfinite(answer).all():
+        if not _finite(answer):
             # Unreachable: records lie in the declared domain and data.magnitudes bounds every
             # sum; were it reached, a bug must stop the run rather than publish NaN or inf.
             raise FloatingPointError(f"owner {self.index} computed a non-finite answer at θ = {theta}")

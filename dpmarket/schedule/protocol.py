@@ -19,7 +19,7 @@ from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLea
 from dpmarket.learning.objective import Objective
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.rng import in_blocks
-from dpmarket.schedule.events import Event, EventLog
+from dpmarket.schedule.events import BLOCK_ROWS, Event, EventLog
 from dpmarket.schedule.sequence import OwnerSequence
 
 
@@ -44,6 +44,9 @@ def record_points(iterations: int, points: int) -> np.ndarray:
     return np.unique(np.linspace(0, iterations, min(points, iterations) + 1).round().astype(int))
 
 
+FUSED = ("query", "answer", "apply")  # the steps Training.exchange does in one call unless overridden
+
+
 class Training:
     """State of one run: learner, owners, objective (for ψ), event log and metrics."""
 
@@ -65,6 +68,12 @@ class Training:
             [o.index for o in owners], max((o.index for o in owners), default=-1) + 1, int(np.max(record_at)))
         self._append_owner = self.sequence.append
         self.time = 0.0
+        # exchange() does query, answer and apply in one call when a subclass changes none of them; its
+        # rows go straight into the log's block (a C call each) unless the log's record() is its own
+        self._fused = all(getattr(type(self), m) is getattr(Training, m) for m in FUSED)
+        self._rows = log.block
+        direct = type(log).record is EventLog.record
+        self._row = self._rows.append if direct else (lambda row: log.record(*row))
         self._measure()
 
     @property
@@ -74,12 +83,38 @@ class Training:
 
     def exchange(self, owner: int, time: float) -> bool:
         """One instantaneous exchange with ``owner`` at ``time``; False if the owner refused."""
-        theta_bar = self.query(owner, time)
-        answer = self.answer(owner, theta_bar, time)
+        if not self._fused:
+            theta_bar = self.query(owner, time)
+            answer = self.answer(owner, theta_bar, time)
+            if answer is None:
+                return False
+            self.apply(owner, theta_bar, answer, time)
+            return True
+        # query, answer and apply as below, their rows and calls in their order, in one Python call
+        self.time = time
+        row, learner, who = self._row, self.learner, self.owners[owner]
+        row((time, "query", owner, None, None, None, None))
+        theta_bar = learner.query_point(owner)
+        answer = who.respond(theta_bar)
         if answer is None:
+            row((time, "refusal", owner, None, who.epsilon_spent, None, "budget spent"))
+            self._settle()
             return False
-        self.apply(owner, theta_bar, answer, time)
+        row((time, "response", owner, None, who.epsilon_spent, None, None))
+        learner.update(owner, theta_bar, answer)
+        self._append_owner(owner)
+        row((time, "update", owner, learner.k, None, None, None))
+        self._settle()
+        if learner.k == self._due:
+            self._measure()
+        if self.progress is not None:
+            self.progress.update(1)
         return True
+
+    def _settle(self) -> None:
+        """Have the log count and write its block once it is full (rows appended to it directly)."""
+        if len(self._rows) >= BLOCK_ROWS:
+            self.log.settle()
 
     def query(self, owner: int, time: float, channel: int | None = None) -> np.ndarray:
         """The learner sends owner i its query point θ̄ (logged); the engine times delivery."""

@@ -7,6 +7,7 @@ import pytest
 from helpers import chi2_accepts, ks_accepts, tiny
 from scipy import stats
 
+from dpmarket.learning import kernels
 from dpmarket.learning.learner import AsyncLearner, SyncAveragedLearner, SyncLearner
 from dpmarket.privacy.cohort import build_owners
 from dpmarket.runs.run import execute
@@ -162,3 +163,39 @@ def test_inter_exchange_times_are_exponential():
     gaps = np.diff([0.0, *times])
     assert ks_accepts(gaps, stats.expon(scale=1 / 4))
     assert not ks_accepts(gaps, stats.expon(scale=1 / 3))
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
+@pytest.mark.parametrize("weighting", ["none", "inverse_frequency"])
+def test_the_compiled_update_is_the_ufuncs_bits(weighting):
+    """Under the numba backend Algorithm 1's update is one compiled call with the ufuncs' operations in
+    their order: θ_i and θ_L are the numpy update's bits over 3,000 updates of answers spread over ten
+    decades, steps that reach the box, and NaN answers (kept NaN, as np.maximum keeps them); a learner
+    with θ_L's other step (a wrong input) ends elsewhere."""
+    gen = np.random.default_rng(4)
+    sizes, p = np.array([5.0, 1.0, 3.0]), 7
+
+    def learner(step: str = "printed") -> AsyncLearner:
+        return AsyncLearner(sizes, p, 50, 40.0, 1e-3, theta_max=0.5, theta_l_step=step, weighting=weighting)
+
+    runs = [("numpy", learner()), ("numba", learner()), ("numpy", learner("proof"))]
+    at_the_box = 0
+    for k in range(3000):
+        owner = int(gen.integers(3))
+        answer = gen.standard_normal(p) * 10.0 ** gen.uniform(-5, 5, p)
+        if k % 500 == 499:
+            answer[gen.integers(p)] = np.nan
+        for backend, run in runs:
+            with kernels.pinned(backend):
+                run.update(owner, run.query_point(owner), answer)
+        (_, a), (_, b), _ = runs
+        assert np.array_equal(a.theta, b.theta, equal_nan=True)
+        assert np.array_equal(a.theta_L, b.theta_L, equal_nan=True)
+        at_the_box += bool(np.any(np.abs(a.theta[owner]) == 0.5))
+        if k % 500 == 499:  # the NaN is in the owner's copy: every learner starts again from one point
+            assert np.isnan(a.theta[owner]).any()
+            fresh = gen.uniform(-0.5, 0.5, (3, p))
+            for _, run in runs:
+                run.theta[:] = fresh
+    assert at_the_box > 100  # the projection was active
+    assert not np.array_equal(runs[2][1].theta_L, b.theta_L)

@@ -13,8 +13,9 @@ from dpmarket.data.problem import prepare
 from dpmarket.experiment.grid import pin_data_seed
 from dpmarket.learning import measure
 from dpmarket.learning.learner import AsyncLearner
+from dpmarket.runs import inline
 from dpmarket.runs.inline import train
-from dpmarket.schedule.protocol import WAITS, Superposition, record_points, run_uniform
+from dpmarket.schedule.protocol import WAITS, Superposition, Training, record_points, run_uniform
 
 LOSSES = {"squared": {}, "logistic": {"data": {"kind": "card_fraud"}, "model": {"loss": "logistic"}},
           "hinge_capped": {"data": {"kind": "card_fraud"}, "model": {"loss": "hinge"},
@@ -107,3 +108,29 @@ def test_the_waits_are_the_clocks_exponential_draws_one_at_a_time(allowed, itera
     other = _Training(allowed)
     run_uniform(other, iterations, np.random.default_rng(3), np.random.default_rng(6))
     assert [t for _, t in other.ticks] != [t for _, t in want]
+
+
+@pytest.mark.parametrize("case", LOSSES)
+def test_the_one_call_exchange_logs_and_learns_what_its_three_steps_do(case, tmp_path):
+    """Training.exchange does query, answer and apply in one call, its rows appended straight to the
+    log's block: events.csv (refusals of spent budgets included), θ_L, ψ and the owner sequence are
+    the bytes of the same run through the three methods (a subclass overriding one of them); the run
+    of another seed (a wrong input) differs."""
+    class Stepwise(Training):
+        def query(self, owner, time, channel=None):
+            return Training.query(self, owner, time, channel)
+
+    def run(cls, seed: int = 0) -> tuple:
+        scenario = pin_data_seed(tiny(**LOSSES[case]))
+        prepared = prepare(scenario.model_copy(update={"seed": scenario.seed + seed}))
+        path = tmp_path / f"{cls.__name__}{seed}.csv"
+        with patch.object(inline, "Training", cls):
+            t = train(scenario.model_copy(update={"seed": scenario.seed + seed}), prepared.consortium,
+                      prepared.objective, events_path=path).training
+        assert t._fused is (cls is Training)
+        return path.read_bytes(), t.learner.theta_L.tobytes(), t.metrics.psi, t.sequence.items
+
+    one = run(Training)
+    assert one == run(Stepwise)
+    assert b"refusal" in one[0] or case != "hinge_capped"
+    assert one[0] != run(Training, seed=1)[0]
