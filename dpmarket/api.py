@@ -103,14 +103,6 @@ def _check_out(function: str, name: str, value: Any) -> Path:
     return Path(value)
 
 
-def _check_executor(function: str, name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise ArgumentTypeError(function, name, value, f"must be one of {', '.join(EXECUTOR_NAMES)}")
-    if value not in EXECUTOR_NAMES:
-        raise ArgumentValueError(function, name, value, f"must be one of {', '.join(EXECUTOR_NAMES)}")
-    return value
-
-
 def _check_owner(function: str, name: str, value: Any) -> int:
     return _integer(function, name, value, 0)
 
@@ -210,7 +202,7 @@ def _check_policies(function: str, name: str, value: Any) -> str:
 CHECKS: dict[str, Callable[[str, str, Any], Any]] = {
     "scenario": _check_scenario, "seed": _check_seed, "overrides": _check_overrides, "out": _check_out,
     "replications": _check_count, "workers": _check_count, "events": _check_flag, "progress": _check_flag,
-    "executor": _check_executor, "grid": _check_grid, "policies": _check_policies,
+    "executor": _choice(EXECUTOR_NAMES), "grid": _check_grid, "policies": _check_policies,
     "properties": _check_flag, "oracle": _check_flag, "owner": _check_owner, "runs": _check_count,
     "view": _choice(("answers", "model", "both")), "method": _choice(("worlds", "one-run")),
     "confidence": _check_confidence,
