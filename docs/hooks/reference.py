@@ -27,7 +27,21 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-COMMANDS = ("run", "validate", "timeline", "forecast", "market", "sweep", "scenarios")
+from dpmarket.scenario.keys import is_model, unwrap  # the schema's types read one way
+
+
+def commands() -> tuple[str, ...]:
+    """Every subcommand, in the order ``dpmarket --help`` lists them (read from the parser itself, so a
+    new command cannot be left out of the reference)."""
+    import argparse
+
+    from dpmarket.cli import _parser
+
+    action = next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return tuple(action.choices)
+
+
+COMMANDS = commands()
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -108,24 +122,10 @@ def _bounds(metadata: list) -> list[str]:
     return out
 
 
-def _is_model(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, BaseModel)
-
-
-def _unwrap(tp: Any) -> tuple[Any, list]:
-    """An ``Annotated[T, ...]`` as T and its constraints (FieldInfo metadata flattened)."""
-    metadata: list = []
-    while get_origin(tp) is typing.Annotated:
-        tp, *extra = get_args(tp)
-        for item in extra:
-            metadata.extend(item.metadata if isinstance(item, FieldInfo) else [item])
-    return tp, metadata
-
-
 def _annotated_members(tp: Any) -> list:
     """The alternatives of a union with their ``Annotated`` constraints kept (a list's items too)."""
     if get_origin(tp) is typing.Annotated:
-        base, _ = _unwrap(tp)
+        base, _ = unwrap(tp)
         return [tp] if get_origin(base) not in (Union, types.UnionType) else _annotated_members(base)
     if get_origin(tp) in (Union, types.UnionType):
         return [m for arg in get_args(tp) for m in _annotated_members(arg)]
@@ -135,7 +135,7 @@ def _annotated_members(tp: Any) -> list:
 
 
 def _members(tp: Any) -> list:
-    tp, _ = _unwrap(tp)
+    tp, _ = unwrap(tp)
     if get_origin(tp) in (Union, types.UnionType):
         return [m for arg in get_args(tp) for m in _members(arg)]
     return [tp]
@@ -144,7 +144,7 @@ def _members(tp: Any) -> list:
 def type_text(tp: Any) -> str:
     """A readable type: ``number``, ``"ideal" or "request"``, ``list of integer``, ``table``
     (bounds go to the "allowed" column)."""
-    tp, _ = _unwrap(tp)
+    tp, _ = unwrap(tp)
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
         parts = [type_text(arg) for arg in get_args(tp) if arg is not type(None)]
@@ -157,7 +157,7 @@ def type_text(tp: Any) -> str:
     if origin is list:
         (item,) = get_args(tp)
         return f"list of {type_text(item)}"
-    if _is_model(tp):
+    if is_model(tp):
         return "table"
     names = {int: "integer", float: "number", str: "string", bool: "boolean"}
     return names.get(tp, getattr(tp, "__name__", str(tp)))
@@ -178,7 +178,7 @@ def _allowed(tp: Any, metadata: list) -> str:
     literals = [v for m in _members(tp) if get_origin(m) is Literal for v in get_args(m)]
     bounds = []
     for member in _annotated_members(tp):
-        _, inner = _unwrap(member)
+        _, inner = unwrap(member)
         bounds += _bounds(inner)
     bounds += _bounds(metadata)
     parts = [", ".join(f"`{json.dumps(v)}`" for v in literals)] if literals else []
@@ -188,14 +188,14 @@ def _allowed(tp: Any, metadata: list) -> str:
 
 def _models_in(tp: Any, in_list: bool = False) -> list[tuple[type[BaseModel], bool]]:
     """The tables a key may hold, each with whether it sits in a list (``[[owners]]``)."""
-    tp, _ = _unwrap(tp)
+    tp, _ = unwrap(tp)
     if get_origin(tp) is list:
         return _models_in(get_args(tp)[0], True)
     out = []
     for member in _members(tp):
         if get_origin(member) is list:
             out += _models_in(member, True)
-        elif _is_model(member):
+        elif is_model(member):
             out.append((member, in_list))
     return out
 

@@ -32,7 +32,7 @@ WIDTH = 100  # columns of validate's comments and explain's text
 
 # --- the schema's types, in words -----------------------------------------------------------------
 
-def _unwrap(tp: Any) -> tuple[Any, list]:
+def unwrap(tp: Any) -> tuple[Any, list]:
     """``Annotated[T, …]`` as T and its constraints."""
     metadata: list = []
     while get_origin(tp) is typing.Annotated:
@@ -44,13 +44,14 @@ def _unwrap(tp: Any) -> tuple[Any, list]:
 
 def _members(tp: Any) -> list[tuple[Any, list]]:
     """The alternatives of a (possibly annotated, possibly optional) union, each with its constraints."""
-    tp, metadata = _unwrap(tp)
+    tp, metadata = unwrap(tp)
     if get_origin(tp) in (Union, types.UnionType):
         return [(m, metadata + inner) for arg in get_args(tp) for m, inner in _members(arg)]
     return [(tp, metadata)]
 
 
-def _is_model(tp: Any) -> bool:
+def is_model(tp: Any) -> bool:
+    """Whether ``tp`` is a table of the schema (a pydantic model)."""
     return isinstance(tp, type) and issubclass(tp, BaseModel)
 
 
@@ -77,7 +78,7 @@ def type_text(tp: Any) -> str:
             words.append(" or ".join(json.dumps(v, ensure_ascii=False) for v in get_args(member)))
         elif get_origin(member) is list:
             words.append(f"a list of {_plural(type_text(get_args(member)[0]))}")
-        elif _is_model(member):
+        elif is_model(member):
             tag = _tag(member)
             words.append(f'a table {{distribution = "{tag}", …}}' if tag else "a table")
         else:
@@ -155,9 +156,9 @@ class Key:
         found = []
         for member, _ in _members(self.field.annotation):
             if get_origin(member) is list:
-                member = _unwrap(get_args(member)[0])[0]
-                found += [m for m, _ in _members(member) if _is_model(m)]
-            elif _is_model(member):
+                member = unwrap(get_args(member)[0])[0]
+                found += [m for m, _ in _members(member) if is_model(m)]
+            elif is_model(member):
                 found.append(member)
         return found
 
@@ -259,8 +260,8 @@ def _is_section(field: FieldInfo) -> bool:
     members = [m for m, _ in _members(field.annotation)
                if m is not type(None) and get_origin(m) is not Literal]
     if len(members) == 1 and get_origin(members[0]) is list:
-        return _unwrap(get_args(members[0])[0])[0] is OwnerSpec
-    return bool(members) and all(_is_model(m) and not _tag(m) for m in members)
+        return unwrap(get_args(members[0])[0])[0] is OwnerSpec
+    return bool(members) and all(is_model(m) and not _tag(m) for m in members)
 
 
 def _table_label(path: str, table: type[BaseModel]) -> str:
@@ -331,7 +332,7 @@ def _table_lines(table: dict, model: type[BaseModel], prefix: str) -> list[str]:
 
 def _value_model(field: FieldInfo, value: dict) -> type[BaseModel]:
     """The table class a section's value belongs to (the one whose keys it holds)."""
-    tables = [m for m, _ in _members(field.annotation) if _is_model(m)]
+    tables = [m for m, _ in _members(field.annotation) if is_model(m)]
     return next((t for t in tables if set(value) <= set(t.model_fields)), tables[0])
 
 
