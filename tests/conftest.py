@@ -36,3 +36,20 @@ def _forecast_cache(tmp_path_factory):
     mp.setenv(CACHE_ENV, str(tmp_path_factory.mktemp("forecasts")))
     yield
     mp.undo()
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Every figure saved during the test, kept for inspection (the file is still written): tests that
+    read a figure's data or layout (tests/output/figures, tests/integration/test_figures_read.py)."""
+    from matplotlib.figure import Figure  # deferred: most tests draw nothing
+
+    figures: list = []
+    original = Figure.savefig
+
+    def keep(fig, *args, **kwargs):
+        figures.append(fig)
+        return original(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures

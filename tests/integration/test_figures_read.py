@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from matplotlib.figure import Figure
 
 from dpmarket.output.figures import market as market_plots
 from dpmarket.output.figures import run as plots
@@ -17,20 +16,6 @@ from dpmarket.output.figures import sweep as sweep_plots
 from dpmarket.output.figures import topology
 from dpmarket.output.figures.axes import MIN_LABELS, log_locator, plain, text_colour
 from tests.output.figures.test_sweep import synthetic_owners, synthetic_sweep
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """Every figure saved during the test, kept for inspection (the file is still written)."""
-    figures: list[Figure] = []
-    original = Figure.savefig
-
-    def keep(fig, *args, **kwargs):
-        figures.append(fig)
-        return original(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
-    return figures
 
 
 def _labels(axis) -> list[str]:

@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 from helpers import tiny
 from matplotlib.colors import to_hex
-from matplotlib.figure import Figure
 
 from dpmarket.cli import main
 from dpmarket.output import spans as sp
@@ -18,20 +17,6 @@ from dpmarket.output.figures.lanes import COLOURS, draw_lanes
 from dpmarket.output.results import run_and_write
 
 LONG = "a-hospital-with-a-very-long-name-that-a-fixed-margin-would-clip-on-the-left"
-
-
-@pytest.fixture
-def drawn(monkeypatch):
-    """Every figure saved during the test, kept for inspection (the file is still written)."""
-    figures: list[Figure] = []
-    original = Figure.savefig
-
-    def keep(fig, *args, **kwargs):
-        figures.append(fig)
-        return original(fig, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", keep)
-    return figures
 
 
 @pytest.fixture(scope="module")
