@@ -327,11 +327,12 @@ def verdict(ok: bool) -> str:
 
 
 def cpu_name() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what platform knows of it."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
-    except OSError:
+    except OSError:  # not Linux: fall through to platform's name
         pass
     return platform.processor() or "unknown CPU"
 
