@@ -166,6 +166,36 @@ def test_clipped_answers_keep_every_per_example_gradient_within_the_bound(backen
     assert seed > 0 or np.any(exact_norms > bound)
 
 
+def logistic_derivative_error(form, margins: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """The largest relative error of ``form`` (the numpy kernel's −y/(1 + e^{yu}) in place) against the
+    overflow-free −y·(1 or e)/(1 + e), e = e^−|t| at t = −yu (the compiled kernel's form, each step one
+    rounding), where that is a normal number, and its largest magnitude elsewhere."""
+    t = -y * margins
+    e = np.exp(-np.abs(t))
+    want = -y * (np.where(t >= 0.0, 1.0, e) / (1.0 + e))
+    with np.errstate(all="raise"):
+        got = form(margins.copy()[None, :], y)[0]
+    normal = np.abs(want) > 2.3e-308
+    return (float(np.max(np.abs(got - want)[normal] / np.abs(want[normal]))),
+            float(np.max(np.abs(got[~normal]), initial=0.0)))
+
+
+def test_numpys_logistic_derivative_is_the_stable_one_within_a_few_ulps():
+    """numpy's four passes (e^{yu} overflows to inf beyond yu = 709.8, where σ < 10⁻³⁰⁸ becomes 0) agree
+    with the overflow-free form within 4 units in the last place (exp's 1 or 2, the sum's and the
+    quotient's one each) over margins of ±800, both labels and a label of another size, without a
+    warning; the same check fails on a form whose exponent has the wrong sign."""
+    u = np.linspace(-800.0, 800.0, 400_001)
+    for label in (1.0, -1.0, 0.37):
+        y = np.full(u.shape, label)
+        relative, beyond = logistic_derivative_error(lambda m, y: records._derivative("logistic", m, y), u, y)
+        assert relative <= 4 * 2.2e-16 and beyond <= 2.3e-308
+    def wrong(m, y):
+        with np.errstate(over="ignore", under="ignore"):
+            return -y / (1.0 + np.exp(-y * m))
+    assert logistic_derivative_error(wrong, u, np.ones_like(u))[0] > 0.5
+
+
 @pytest.mark.skipif(not kernels.available(), reason="numba not installed")
 def test_compiled_exponential_and_log1p_are_numpys_to_the_last_bits():
     """The logistic's e^−a and log(1 + e) written out for vectorisation: within 2.3·10⁻¹⁶ and 4.5·10⁻¹⁶
