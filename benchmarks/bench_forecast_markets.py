@@ -47,8 +47,9 @@ selling different ε do.
 the forecast against the simulated mean as above, then the same law on the owners' own summary
 instead of the public twin's (an oracle: it reads the owners' records, which no market decision
 may), with the fitted multipliers and with 1 and 1, its noise-free and noise terms beside the
-twin's, and ψ(0) of the twin against the owners'. Where the oracle comes within ×1.5 and the twin
-does not, the twin's draw of the population is what the forecast missed.
+forecast's, and ψ(0) of the twin and its expectation over the generator's populations (what the forecast
+uses, dpmarket/data/proxy.py ``population_weights``) against the owners'. Where the oracle comes within
+×1.5 and the forecast does not, the owners' draw of the population is what the forecast missed.
 
 The forecast was developed on other markets than these: the design drawn with seed 2929
 (``--design-seed 2929``), and the issue's ten banks. Prints figures and PASS/FAIL; always exits 0 (it
@@ -290,9 +291,10 @@ def oracle(index: int, seed: int, replications: int) -> None:
     sizes = prepared.consortium.sizes
     print(f"market {index} (design seed {seed}): {d.label()}; multipliers c0 = {forecast.c0:.3g}, "
           f"c2 = {forecast.c2:.3g}")
-    print(f"   psi(0): twin {forecast.inputs.box_zero:.3g}, owners (oracle) {own.box_zero:.3g}")
+    print(f"   psi(0): twin {forecast.inputs.on_twin().box_zero:.3g}, expected over the populations (the "
+          f"forecast's) {forecast.inputs.box_zero:.3g}, owners (oracle) {own.box_zero:.3g}")
     print(f"   {'policy':<20} {'owners':>6} {'simulated':>10} {'sim/fcst':>8} {'oracle':>7} "
-          f"{'oracle 1,1':>10} {'free: twin':>10} {'oracle':>9} {'noise: twin':>11} {'oracle':>9}")
+          f"{'oracle 1,1':>10} {'free: fcst':>10} {'oracle':>9} {'noise: fcst':>11} {'oracle':>9}")
     for r in c.results:
         o = r.outcome
         if not o.participates.any():

@@ -92,15 +92,27 @@ def draw_sizes(spec: ParetoSizes | LognormalSizes | UniformSizes, count: int,
     return np.clip(np.floor(raw), spec.minimum, cap).astype(np.int64)
 
 
+COEF_LOW, COEF_HIGH, COEF_DECAY = 0.3, 1.0, 0.85  # coef_k = signal·U(low, high)·(±1)·decay^k
+
+
 def population(profile: Profile, features: int, gen: np.random.Generator,
                generator: str = "whitened") -> Population:
     """Draw the coefficients shared by every owner (and, ``correlated`` only, an intercept)."""
     idx = np.arange(features)
     # Coefficients decay like the weights of successive principal components.
-    coef = profile.signal * gen.uniform(0.3, 1.0, features) * gen.choice([-1.0, 1.0], features)
-    coef *= 0.85 ** idx
+    coef = profile.signal * gen.uniform(COEF_LOW, COEF_HIGH, features) * gen.choice([-1.0, 1.0], features)
+    coef *= COEF_DECAY ** idx
     intercept = float(gen.uniform(-0.3, 0.3))  # drawn either way: the same coefficients follow
     return Population(coef, intercept if generator == "correlated" else 0.0)
+
+
+def coefficient_moments(profile: Profile, features: int) -> np.ndarray:
+    """E coef_k² of :func:`population`'s draw, per feature: signal²·E U²·decay^{2k}, U uniform on
+    [low, high] (E U² = (high³ − low³)/(3(high − low))). The coefficients are independent with mean
+    0 (a random sign), so E coef·coefᵀ is the diagonal of these: the declared distribution of the
+    population, public where its draw is not (dpmarket/data/proxy.py ``population_weights``)."""
+    second = (COEF_HIGH**3 - COEF_LOW**3) / (3.0 * (COEF_HIGH - COEF_LOW))
+    return profile.signal**2 * second * COEF_DECAY ** (2.0 * np.arange(features))
 
 
 GENERATORS = ("whitened", "correlated")

@@ -8,7 +8,9 @@ number, or ``auto_rho`` with S's largest share), m_i = ``answer_cap(split, T, π
 Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
 
 - **floor** F_S = ``floor_law(ρ_S, N, T, λ, h, w)``: the N+1 copies' mean is a gradient flow of
-  length ηT, which leaves Σ_j w_j exp(−2ηTh_j) of ψ(0) (h_j, w_j from the public proxy);
+  length ηT, which leaves Σ_j w_j exp(−2ηTh_j) of ψ(0) (h_j from the public proxy; w_j, which
+  θ*'s draw sets, in expectation over the populations a synthetic scenario's generator declares —
+  one twin's θ* is another draw than the owners' — dpmarket/data/proxy.py ``population_weights``);
 - **bias** B_S = Σ_i (share_i^S − n_i/n_all)² g_i: a coalition converges to its own optimum θ*_S,
   not to everyone's. With owner deviations δ_i drawn independently, θ*_S − θ* = Σ_i (share_i^S −
   share_i)δ_i, whose expected ψ is that sum with g_i = E δ_iᵀHδ_i/(2f*); g_i is estimated from the
@@ -68,7 +70,9 @@ selection kicks then run over U_S updates of the step η the learner was planned
 step depends on T, the run's length on the caps); U_S = T otherwise, and the law is as above.
 
 ψ̂_S = c₀·(F_S + B_S + S_S) + sat(c₂·V_S), with multipliers c₀, c₂ ≥ 0: 1 and 1 for the uncalibrated
-law (``market.forecast = "law"``), or fitted to pilot runs on the public proxy (dpmarket/runs/pilots.py).
+law (``market.forecast = "law"``), or fitted to pilot runs on the public proxy (dpmarket/runs/pilots.py):
+the pilots train on one twin, so they are fitted with the law on that twin's w_j (``LawInputs.on_twin``)
+and applied to the expectation.
 Everything the law reads is public: sizes, clock rates, caps, T, λ, Ξ, ρ's recipe and the proxy's
 summary (dpmarket/data/proxy.py); never the owners' records.
 """
@@ -116,6 +120,17 @@ class LawInputs:
     box: float = np.inf  # ψ_box: ψ of a model spread uniformly over Θ (module docstring); inf: no box
     sampling: np.ndarray | None = None  # per owner, the share of g_i, Γ_i that sampling its n_i records
     #                                     makes (the rest: its declared shift); None: all of it
+    drawn_weights: np.ndarray | None = None  # w_j of the one twin the pilots ran on, where floor_weights
+    #                                           are their expectation over the populations; None: the same
+
+    def on_twin(self) -> LawInputs:
+        """These inputs with the floor weights of the one twin the pilots train on (and its ψ_box):
+        what the pilots' ψ is measured against, so what the multipliers are fitted with. The
+        market's forecast keeps the expectation over the populations (module docstring)."""
+        if self.drawn_weights is None:
+            return self
+        box = self.box - self.box_zero + float(np.sum(self.drawn_weights))
+        return replace(self, floor_weights=self.drawn_weights, box=box, drawn_weights=None)
 
     @property
     def box_zero(self) -> float:
@@ -511,9 +526,16 @@ def build_inputs(scenario, consortium, info=None) -> LawInputs:
     ``info`` is the public proxy's summary (dpmarket/data/proxy.py), computed when not given; tests
     pass the owners' own summary instead, to check the law apart from the proxy's error.
     """
-    from dpmarket.data.proxy import public_info  # deferred: builds the proxy only when needed
+    from dpmarket.data.proxy import population_weights, public_info  # deferred: builds the proxy when needed
 
-    info = public_info(scenario, consortium, owners=True) if info is None else info
+    drawn, expected = None, None
+    if info is None:
+        info = public_info(scenario, consortium, owners=True)
+        expected = population_weights(scenario, consortium)
+    if expected is not None:  # the twin's draw for the pilots' fit, the expectation for the market
+        drawn = info.floor_weights
+        info = replace(info, floor_weights=expected,
+                       source=f"{info.source}; psi(0) in expectation over the generator's draws")
     N, lr, p = len(consortium.owners), scenario.learner, scenario.privacy
     rates = np.array([scenario.owner_value(i, "clock_rate") for i in range(N)], dtype=float)
     caps = np.array([np.nan if scenario.owner_value(i, "cap") is None else scenario.owner_value(i, "cap")
@@ -525,7 +547,7 @@ def build_inputs(scenario, consortium, info=None) -> LawInputs:
                        p.cap_quantile, None if lr.rho == "auto" else float(lr.rho), auto,
                        lr.weighting == "inverse_frequency", info.eigenvalues, info.floor_weights,
                        info.f_star, info.source, noise_model(scenario, N),
-                       box_psi(info, scenario.model.theta_max), sampling)
+                       box_psi(info, scenario.model.theta_max), sampling, drawn)
     check_inputs(scenario, inputs, consortium.sizes)
     return inputs
 

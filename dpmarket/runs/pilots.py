@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
 CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-6"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-7"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -207,7 +207,8 @@ def law_range(law: LawForecast, pilots: PilotRuns) -> np.ndarray:
     (as before) kept the pilots whose noisy mean came out low and dropped those that came out high,
     one more pull of the fit downwards.
     """
-    plain = LawForecast(law.inputs).coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    plain = LawForecast(law.inputs.on_twin()).coalitions(pilots.epsilon[:, None], pilots.records,
+                                                         pilots.masks)
     keep = plain < pilots.psi_zero
     return keep if keep.sum() >= 2 else np.ones(len(pilots.psi), bool)
 
@@ -222,18 +223,24 @@ def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
     noise-dominated the noise-free terms are a few per cent of ψ, and an unheld c₀ absorbed the
     pilots' noise instead (fits of c₀ = 9 and 284 were seen); where the pilots do see the floor, they
     outweigh it.
+
+    The pilots train on one twin, so they are fitted with the law on that twin's draw of the
+    population (``inputs.on_twin()``): the multipliers correct the law's form, and the forecast
+    returned applies them to the inputs ``law`` holds (the floor weights' expectation over the
+    populations, dpmarket/data/proxy.py ``population_weights``).
     """
     keep = law_range(law, pilots)
     used = pilots.subset(keep)
-    free, noise = law.terms(used.epsilon[:, None], used.records, used.masks)
+    twin = LawForecast(law.inputs.on_twin())
+    free, noise = twin.terms(used.epsilon[:, None], used.records, used.masks)
     columns = np.column_stack([free, noise])
-    spread = law.spread(used.epsilon[:, None], used.records, used.masks)
-    c0, c2 = quasi_nnls(columns, used.psi, law.inputs.box, PRIOR, zero=law.inputs.box_zero,
-                        shape=law.inputs.noise_shape, spread=spread)
-    fitted = LawForecast(law.inputs, float(c0), float(c2))
+    spread = twin.spread(used.epsilon[:, None], used.records, used.masks)
+    c0, c2 = quasi_nnls(columns, used.psi, twin.inputs.box, PRIOR, zero=twin.inputs.box_zero,
+                        shape=twin.inputs.noise_shape, spread=spread)
+    fitted = LawForecast(twin.inputs, float(c0), float(c2))
     predicted = fitted.coalitions(used.epsilon[:, None], used.records, used.masks)
     quality = fit_quality(predicted, used.psi, used.masks.sum(axis=1))
-    return replace(fitted, **quality, excluded=int(np.sum(~keep)))
+    return replace(fitted, inputs=law.inputs, **quality, excluded=int(np.sum(~keep)))
 
 
 def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
@@ -252,13 +259,20 @@ def fit_theorem2(scenario: Scenario, pilots: PilotRuns) -> Forecast:
 
 def pilot_table(forecast, pilots: PilotRuns) -> dict:
     """The pilots for the cache file: per point its ε, members (count and indices), records, ψ and
-    the fitted ψ̂ — enough to refit another law to the same pilots (:func:`pilots_from_table`)."""
-    fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+    the fitted ψ̂ (the law on the pilots' own twin) — enough to refit another law to the same pilots
+    (:func:`pilots_from_table`)."""
+    fitted = pilot_forecast(forecast).coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
     return {"epsilon": pilots.epsilon.tolist(), "members": pilots.masks.sum(axis=1).tolist(),
             "owners": [np.flatnonzero(mask).tolist() for mask in pilots.masks], "psi_zero": pilots.psi_zero,
             "in_fit": (law_range(forecast, pilots) if forecast.form == "law" else pilots.in_range()).tolist(),
             "records": (pilots.masks @ pilots.records).tolist(), "psi": pilots.psi.tolist(),
             "psi_fitted": fitted.tolist()}
+
+
+def pilot_forecast(forecast):
+    """The forecast as the pilots see it: a law on the twin they trained on (LawInputs.on_twin),
+    with the same multipliers; Theorem 2's constants as they are."""
+    return replace(forecast, inputs=forecast.inputs.on_twin()) if forecast.form == "law" else forecast
 
 
 def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
@@ -348,7 +362,7 @@ def reproduced(forecast, stored: dict, scenario: Scenario, consortium, why: str 
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         refit = (fit_theorem2(scenario, pilots) if why else
                  fit_law(LawForecast(forecast.inputs), pilots))
-        fitted = forecast.coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
+        fitted = pilot_forecast(forecast).coalitions(pilots.epsilon[:, None], pilots.records, pilots.masks)
     names = [k for k in ("c0", "c1", "c2") if hasattr(refit, k)]
     mine, theirs = (np.array([float(getattr(f, k)) for k in names]) for f in (forecast, refit))
     expected = np.asarray(stored["pilots"]["psi_fitted"], dtype=float)

@@ -17,7 +17,7 @@ from helpers import ROOT, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import problem
-from dpmarket.data.proxy import resolve_step, summarise
+from dpmarket.data.proxy import population_weights, public_info, resolve_step, summarise
 from dpmarket.errors import ScenarioError
 from dpmarket.experiment import compare
 from dpmarket.markets import law
@@ -89,6 +89,27 @@ def test_the_multipliers_come_out_near_one(banks):
     assert 0.5 < forecast.c0 < 2 and 0.7 < forecast.c2 < 1.4
     assert [row["members"] for row in forecast.by_size] == [10, 5, 3]
     assert all(row["points"] == 5 and row["rms_relative_error"] < 0.5 for row in forecast.by_size)
+
+
+def test_the_pilots_are_fitted_on_their_twin_and_the_forecast_takes_the_expectation(banks):
+    """The pilots train on one twin, so the multipliers are fitted with the law on that twin's floor
+    weights (and its ψ_box); the forecast applies them to the weights' expectation over the
+    populations (dpmarket/data/proxy.py ``population_weights``, closed for banks_market's generator).
+    Fitting on the expectation instead (the wrong input) gives other multipliers."""
+    c, forecast, prepared, cache = banks
+    info = public_info(c.scenario, prepared.consortium)
+    inputs = forecast.inputs
+    assert np.array_equal(inputs.floor_weights, population_weights(c.scenario, prepared.consortium))
+    assert np.array_equal(inputs.drawn_weights, info.floor_weights)
+    twin = inputs.on_twin()
+    assert np.array_equal(twin.floor_weights, info.floor_weights) and twin.drawn_weights is None
+    assert np.isclose(twin.box, law.box_psi(info, c.scenario.model.theta_max), rtol=1e-12)
+    stored = json.loads(next(cache.glob("banks_market-*.json")).read_text(encoding="utf-8"))
+    pilots = calibration.pilots_from_table(stored, prepared.consortium.sizes)
+    on_twin = calibration.fit_law(LawForecast(twin), pilots)
+    assert (forecast.c0, forecast.c2) == (on_twin.c0, on_twin.c2)
+    wrong = calibration.fit_law(LawForecast(replace(inputs, drawn_weights=None)), pilots)
+    assert abs(wrong.c0 / forecast.c0 - 1) > 0.01, (wrong.c0, forecast.c0)
 
 
 # --- coalitions the pilots never saw -------------------------------------------------------------
