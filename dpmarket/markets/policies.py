@@ -35,6 +35,7 @@ from dpmarket.scenario.schema import Market
 EXHAUSTIVE_UP_TO = 10  # owners: exact subset search (procurement)
 SHAPLEY_EXACT_UP_TO = 20  # players: exact Shapley values by enumerating all 2^k coalitions (~1 M at 20)
 SHAPLEY_STREAM = 2**31 - 1  # sub-index of the "market" stream for permutation sampling
+BRACKET_POINTS = 17  # prices per round of the Stackelberg refinement: the bracket shrinks 8-fold a round
 
 
 def _finish(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, *, pay: np.ndarray,
@@ -219,35 +220,35 @@ def stackelberg(s: Sellers, f: Forecaster, m: Market) -> Outcome:
         spend = np.where(members, np.array([pay for _, pay in offers]), 0.0).sum(axis=1)
         return m.value * np.maximum(0.0, 1.0 - psi) - spend
 
-    def surplus(p: float) -> float:
-        return float(surpluses(np.array([p]))[0])
-
     lo = float(np.min(s.cost.marginal(np.full(s.count, s.eps_min)))) / 4
     hi = float(np.max(s.cost.marginal(np.full(s.count, s.eps_max)))) * 4
     grid = np.unique(np.concatenate([np.geomspace(lo, hi, 241), np.atleast_1d(s.cost.coef) * (1 + 1e-9)]))
     values = surpluses(grid)
     k = int(np.argmax(values))
     a, b = np.log(grid[max(k - 1, 0)]), np.log(grid[min(k + 1, len(grid) - 1)])
-    x = _golden_max(lambda x: surplus(float(np.exp(x))), a, b)
-    p = float(np.exp(x)) if surplus(float(np.exp(x))) > values[k] else float(grid[k])
+    x, best = _bracket_max(lambda x: surpluses(np.exp(x)), a, b)
+    p = float(np.exp(x)) if best > values[k] else float(grid[k])
     return replace(posted_price(s, f, m, price=p), policy="stackelberg")
 
 
-def _golden_max(fun: Callable[[float], float], a: float, b: float, tol: float = 1e-10) -> float:
-    """argmax of ``fun`` on [a, b] by golden-section search (exact for unimodal functions)."""
-    ratio = (np.sqrt(5) - 1) / 2
-    c, d = b - ratio * (b - a), a + ratio * (b - a)
-    fc, fd = fun(c), fun(d)
+def _bracket_max(values: Callable[[np.ndarray], np.ndarray], a: float, b: float, tol: float = 1e-10,
+                 points: int = BRACKET_POINTS) -> tuple[float, float]:
+    """(x, values(x)) at the best point found on [a, b]: each round evaluates ``points`` equally spaced
+    points of the bracket in one call (the forecast prices a batch of coalitions for about the cost of
+    one) and keeps the two intervals beside the best, until the bracket is narrower than ``tol``.
+
+    Exact for unimodal functions, as golden-section search is, in far fewer calls: a bracket of width
+    w takes log(w/tol)/log((points − 1)/2) rounds where golden section takes log(w/tol)/0.48 single
+    evaluations (about 10 rounds against 45 evaluations for Stackelberg's bracket at 17 points)."""
+    best_x, best_v = 0.5 * (a + b), -np.inf
     while b - a > tol:
-        if fc >= fd:
-            b, d, fd = d, c, fc
-            c = b - ratio * (b - a)
-            fc = fun(c)
-        else:
-            a, c, fc = c, d, fd
-            d = a + ratio * (b - a)
-            fd = fun(d)
-    return 0.5 * (a + b)
+        xs = np.linspace(a, b, points)
+        vs = values(xs)
+        k = int(np.argmax(vs))
+        if vs[k] > best_v:
+            best_x, best_v = float(xs[k]), float(vs[k])
+        a, b = xs[max(k - 1, 0)], xs[min(k + 1, points - 1)]
+    return best_x, best_v
 
 
 def auction(s: Sellers, f: Forecaster, m: Market, bids: np.ndarray | None = None) -> Outcome:

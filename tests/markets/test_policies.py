@@ -141,6 +141,24 @@ def test_stackelberg_price_matches_the_closed_form():
     assert o.surplus >= max(pm.posted_price(s, F, m, price=p).surplus for p in np.geomspace(0.1, 10, 200))
 
 
+@pytest.mark.parametrize("centre", [0.1, 0.37, 0.5 + 1e-7, 0.9])
+def test_the_bracket_refinement_finds_a_unimodal_maximum_in_few_batched_calls(centre):
+    """_bracket_max: the argmax within its tolerance, the function's value there, and about
+    log(w/tol)/log(8) calls of 17 points (golden section would take 48 single ones); a maximum outside the
+    bracket (a wrong bracket) ends at the nearest edge, not at the maximum."""
+    calls = []
+
+    def values(x):
+        calls.append(len(x))
+        return -np.abs(x - centre) ** 1.5
+
+    x, v = pm._bracket_max(values, 0.0, 1.0)
+    assert len(calls) <= 12 and set(calls) == {pm.BRACKET_POINTS}
+    assert abs(x - centre) <= 1e-10 and v == values(np.array([x]))[0]
+    x, _ = pm._bracket_max(values, centre + 0.05, 2.0)
+    assert abs(x - (centre + 0.05)) <= 1e-10 and abs(x - centre) > 0.04
+
+
 def test_stackelberg_beats_every_price_on_a_grid_when_there_is_no_closed_form():
     for s, f, m in itertools.islice(random_instances(), 4):
         best = max(pm.posted_price(s, f, m, price=p).surplus for p in np.geomspace(1e-3, 1e3, 400))
