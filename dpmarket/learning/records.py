@@ -69,8 +69,7 @@ def _numpy_gradients(thetas: np.ndarray, out: np.ndarray, *, loss: str, ZT: np.n
         part = thetas[start:start + step]
         d = _derivative(loss, _margins(ZT, part), y)
         if limit is not None:
-            lower = np.negative(limit, out=_buffer("lower", n))
-            np.maximum(d, lower, out=d)
+            np.maximum(d, _negated(limit), out=d)
             np.minimum(d, limit, out=d)
         out[start:start + step] = np.matmul(ZT, d[:, :, None])[:, :, 0] / n
 
@@ -119,11 +118,12 @@ def _buffer(name: str, size: int, dtype=float) -> np.ndarray:
 
 
 _NEGATED: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(y) → (y, −y) of the owners answering lately
-NEGATED_VALUES = 1 << 22  # labels kept negated at most (32 MiB), then forgotten together
+NEGATED_VALUES = 1 << 22  # values kept negated at most (32 MiB), then forgotten together
 
 
 def _negated(y: np.ndarray) -> np.ndarray:
-    """−y, kept for the labels of the owners answering lately (an owner answers many times)."""
+    """−y, kept for the labels and clip limits of the owners answering lately (an owner answers many
+    times with the same arrays)."""
     found = _NEGATED.get(id(y))
     if found is None or found[0] is not y:
         if sum(len(v[1]) for v in _NEGATED.values()) + len(y) > NEGATED_VALUES:
