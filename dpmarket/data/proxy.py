@@ -54,9 +54,11 @@ def data_seed(scenario: Scenario) -> int:
     return scenario.seed if scenario.data.seed is None else scenario.data.seed
 
 
-def twin_seed(seed: int) -> int:
-    """The data seed of the public twin of owners drawn with ``seed`` (never equal to it)."""
-    state = np.random.SeedSequence((int(seed), TWIN_KEY)).generate_state(2, np.uint32)
+def twin_seed(seed: int, draw: int = 0) -> int:
+    """The data seed of the public twin of owners drawn with ``seed`` (never equal to it); ``draw`` k ≥ 1
+    gives the k-th further twin (:func:`population_seeds`), from the entropy (seed, "twin", k)."""
+    key = (int(seed), TWIN_KEY) if draw == 0 else (int(seed), TWIN_KEY, draw)
+    state = np.random.SeedSequence(key).generate_state(2, np.uint32)
     twin = int(state[0]) << 31 | int(state[1]) >> 1
     return twin if twin != seed else twin + 1
 
@@ -64,12 +66,7 @@ def twin_seed(seed: int) -> int:
 def population_seeds(seed: int, draws: int) -> list[int]:
     """The data seeds of ``draws`` public twins of owners drawn with ``seed``: the twin's own
     (:func:`twin_seed`) first, then draws k = 1, 2, … from (seed, "twin", k), none equal to ``seed``."""
-    seeds = [twin_seed(seed)]
-    for k in range(1, draws):
-        state = np.random.SeedSequence((int(seed), TWIN_KEY, k)).generate_state(2, np.uint32)
-        twin = int(state[0]) << 31 | int(state[1]) >> 1
-        seeds.append(twin if twin != seed else twin + 1)
-    return seeds
+    return [twin_seed(seed, k) for k in range(draws)]
 
 
 def twin_scenario(scenario: Scenario, sizes: np.ndarray | None = None, seed: int | None = None) -> Scenario:
