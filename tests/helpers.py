@@ -15,6 +15,7 @@ import numpy as np
 import tomli_w
 from scipy import stats
 
+from dpmarket.errors import ScenarioError
 from dpmarket.scenario.loading import validate
 from dpmarket.scenario.schema import Scenario
 
@@ -61,6 +62,17 @@ def tiny(**sections) -> Scenario:
                            "model": {"intercept": True}, "learner": {"iterations": 60},
                            "output": {"metric_points": 10, "plots": False}})
     return validate(merged(table, sections), "test")
+
+
+def refusal(sections: dict, file: str = "bad.toml") -> ScenarioError:
+    """The ScenarioError that validating a three-owner scenario with ``sections`` merged in raises
+    (read as ``file``); fails the test if it validates."""
+    table = merged({"name": "b", "data": {"owners": 3, "records": 300}}, sections)
+    try:
+        validate(table, file)
+    except ScenarioError as err:
+        return err
+    raise AssertionError(f"{sections} validated")
 
 
 def small_toml(**sections) -> str:
