@@ -385,6 +385,17 @@ def test_pilots_above_the_untrained_model_are_left_out_of_the_fit(banks):
 
 # --- the box, and subsets of players ---------------------------------------------------------------
 
+def box_scenario(owners: int):
+    """Owners of 2,000 records whose Ξ comes from the declared domain (no clipping), 400 exchanges and a
+    posted-price market on the uncalibrated law: noise that reaches the box Θ at small ε."""
+    return validate({"name": "box", "seed": 1, "data": {"owners": owners, "records": 2000, "features": 5,
+                                                         "seed": 3},
+                     "learner": {"iterations": 400},
+                     "privacy": {"split": "capped", "cap_quantile": 0.999, "sensitivity": "bounds"},
+                     "market": {"policy": "posted_price", "price": 1.0, "value": 10.0, "forecast": "law"},
+                     "output": {"metric_points": 2, "plots": False}}, "test")
+
+
 def test_the_box_bounds_the_forecast_as_it_bounds_simulated_psi():
     """Four owners whose noise swamps the answers (ε = 0.01 … 10): the simulated mean stays near the
     ψ of a model spread over the box, and so does the saturated law (within ×1.5, 5 SE on top),
@@ -392,11 +403,7 @@ def test_the_box_bounds_the_forecast_as_it_bounds_simulated_psi():
     from dpmarket import rng as streams
     from dpmarket.runs.replications import final_psis
 
-    s = validate({"name": "box", "seed": 1, "data": {"owners": 4, "records": 2000, "features": 5, "seed": 3},
-                  "learner": {"iterations": 400},  # the declared-domain Ξ: noise that swamps the answers
-                  "privacy": {"split": "capped", "cap_quantile": 0.999, "sensitivity": "bounds"},
-                  "market": {"policy": "posted_price", "price": 1.0, "value": 10.0, "forecast": "law"},
-                  "output": {"metric_points": 2, "plots": False}}, "test")
+    s = box_scenario(4)
     prepared = problem.prepare(s)
     forecast = LawForecast(build_inputs(s, prepared.consortium))
     sizes, everyone, seeds = prepared.consortium.sizes, np.ones(4, bool), streams.replication_seeds(5, 20)
@@ -424,11 +431,7 @@ def test_the_box_saturates_the_noise_copy_by_copy_as_simulation_does():
     from dpmarket.markets.forecast import saturated
     from dpmarket.runs.replications import final_psis
 
-    s = validate({"name": "box", "seed": 1, "data": {"owners": 6, "records": 2000, "features": 5, "seed": 3},
-                  "learner": {"iterations": 400},  # the declared-domain Ξ: noise that reaches the box
-                  "privacy": {"split": "capped", "cap_quantile": 0.999, "sensitivity": "bounds"},
-                  "market": {"policy": "posted_price", "price": 1.0, "value": 10.0, "forecast": "law"},
-                  "output": {"metric_points": 2, "plots": False}}, "test")
+    s = box_scenario(6)
     prepared = problem.prepare(s)
     consortium, objective = prepared.consortium, prepared.objective
     inputs = build_inputs(s, consortium, summarise("owners", objective, objective))
