@@ -51,31 +51,38 @@ EXP_CAP = 746.0  # exp(−746) is below half the smallest subnormal: 0 from ther
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
+def _exp_reduced(x):  # pragma: no cover - compiled
+    """(e^−r, k) with e^−x = e^−r·2^−k for x ≥ 0 (capped at EXP_CAP): x = k ln 2 + r, |r| ≤ ln 2 / 2,
+    e^−r by a Taylor polynomial of degree 13 (error below 10⁻¹⁷). The one reduction and polynomial of
+    :func:`_exp_negative` and :func:`_exp_minus`, which differ only in how they scale by 2^−k."""
+    x = x if x < EXP_CAP else EXP_CAP
+    k = (x * LOG2E + ROUND) - ROUND
+    r = (k * LN2_HI - x) + k * LN2_LO  # −(x − k ln 2)
+    p = 1.0 / 6227020800.0
+    p = p * r + 1.0 / 479001600.0
+    p = p * r + 1.0 / 39916800.0
+    p = p * r + 1.0 / 3628800.0
+    p = p * r + 1.0 / 362880.0
+    p = p * r + 1.0 / 40320.0
+    p = p * r + 1.0 / 5040.0
+    p = p * r + 1.0 / 720.0
+    p = p * r + 1.0 / 120.0
+    p = p * r + 1.0 / 24.0
+    p = p * r + 1.0 / 6.0
+    p = p * r + 0.5
+    p = p * r + 1.0
+    p = p * r + 1.0
+    return p, np.int64(k)
+
+
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def _exp_negative(a, out, hi_bits, lo_bits, w):  # pragma: no cover - compiled
     """out[:w] = exp(−a[:w]) for a ≥ 0: a = k ln 2 + r with |r| ≤ ln 2 / 2, e^−r by a Taylor polynomial
     of degree 13 (error below 10⁻¹⁷), times 2^−k built in two normal halves (exact, and correctly
     rounded where the result is subnormal). ``hi_bits`` and ``lo_bits`` (int64) hold the halves' bits."""
     hi, lo = hi_bits.view(np.float64), lo_bits.view(np.float64)
     for i in range(w):
-        x = a[i]
-        x = x if x < EXP_CAP else EXP_CAP
-        k = (x * LOG2E + ROUND) - ROUND
-        r = (k * LN2_HI - x) + k * LN2_LO  # −(x − k ln 2)
-        p = 1.0 / 6227020800.0
-        p = p * r + 1.0 / 479001600.0
-        p = p * r + 1.0 / 39916800.0
-        p = p * r + 1.0 / 3628800.0
-        p = p * r + 1.0 / 362880.0
-        p = p * r + 1.0 / 40320.0
-        p = p * r + 1.0 / 5040.0
-        p = p * r + 1.0 / 720.0
-        p = p * r + 1.0 / 120.0
-        p = p * r + 1.0 / 24.0
-        p = p * r + 1.0 / 6.0
-        p = p * r + 0.5
-        p = p * r + 1.0
-        p = p * r + 1.0
-        ki = np.int64(k)
+        p, ki = _exp_reduced(a[i])
         half = ki >> 1
         hi_bits[i] = (1023 - half) << 52
         lo_bits[i] = (1023 - (ki - half)) << 52
@@ -325,24 +332,8 @@ def _scaled_down(x, k):  # pragma: no cover - compiled
 def _exp_minus(x):  # pragma: no cover - compiled
     """e^−x for x ≥ 0, one value: :func:`_exp_negative`'s reduction and polynomial, scaled by 2^−k in
     one rounding (:func:`_scaled_down`: the same bits, its two exact halves round once too)."""
-    x = x if x < EXP_CAP else EXP_CAP
-    k = (x * LOG2E + ROUND) - ROUND
-    r = (k * LN2_HI - x) + k * LN2_LO
-    p = 1.0 / 6227020800.0
-    p = p * r + 1.0 / 479001600.0
-    p = p * r + 1.0 / 39916800.0
-    p = p * r + 1.0 / 3628800.0
-    p = p * r + 1.0 / 362880.0
-    p = p * r + 1.0 / 40320.0
-    p = p * r + 1.0 / 5040.0
-    p = p * r + 1.0 / 720.0
-    p = p * r + 1.0 / 120.0
-    p = p * r + 1.0 / 24.0
-    p = p * r + 1.0 / 6.0
-    p = p * r + 0.5
-    p = p * r + 1.0
-    p = p * r + 1.0
-    return _scaled_down(p, np.int64(k))
+    p, k = _exp_reduced(x)
+    return _scaled_down(p, k)
 
 
 @njit(cache=True, error_model="numpy", fastmath={"contract"})
