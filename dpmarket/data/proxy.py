@@ -154,13 +154,15 @@ def eigenbasis(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
     return np.linalg.eigh(hessian(objective, objective.theta_star))
 
 
-def floor_terms(objective: Objective) -> tuple[np.ndarray, np.ndarray]:
-    """(h_j, w_j): eigenvalues of ∇²f at θ* and the floor law's weights h_j e_j²/(2f*), e = θ* − 0.
+def floor_terms(objective: Objective, basis: tuple[np.ndarray, np.ndarray] | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """(h_j, w_j): eigenvalues of ∇²f at θ* and the floor law's weights h_j e_j²/(2f*), e = θ* − 0
+    (``basis``: the objective's :func:`eigenbasis`, when the caller has it already).
 
     ψ of a model at distance d from θ* is about Σ_j h_j d_j²/(2f*) in this basis; Algorithm 1
     starts at θ = 0, so d = θ* at the start.
     """
-    h, V = eigenbasis(objective)
+    h, V = eigenbasis(objective) if basis is None else basis
     e = V.T @ objective.theta_star
     return h, h * e * e / (2.0 * objective.f_star)
 
@@ -188,7 +190,7 @@ def summarise(source: str, objective: Objective, split: Objective | None) -> Pub
     if loss not in CURVATURE_SCALE:  # hinge: no curvature, no floor law, no forecast law
         return PublicInfo(source, float("nan"), np.array([]), np.array([]), norms, objective.f_star)
     h, V = eigenbasis(objective)
-    _, w = floor_terms(objective)
+    _, w = floor_terms(objective, (h, V))
     dev = modes = None
     if split is not None:
         dev, modes = owner_terms(split, V, hessian(split, split.theta_star), objective.f_star)
@@ -251,10 +253,9 @@ def _compute(scenario: Scenario, consortium: Consortium, norms: bool, owners: bo
     records = norms or m.loss != "squared"
     if scenario.data.source != "synthetic":
         return _holdout_summary(scenario, consortium, owners)
-    twin = twin_scenario(scenario, np.minimum(consortium.sizes, SUMMARY_RECORDS))
-    small = Objective(make_loss(m.loss), build_consortium(twin, keep_records=records).owners,
-                      m.regularization, m.theta_max)
-    info = summarise(f"synthetic twin (data seed {twin.data.seed}, up to {SUMMARY_RECORDS:,} records "
+    seed = twin_seed(data_seed(scenario))
+    small = small_twin(scenario, consortium, seed, records=records)
+    info = summarise(f"synthetic twin (data seed {seed}, up to {SUMMARY_RECORDS:,} records "
                      "per owner)", small, None)
     if not owners or m.loss not in CURVATURE_SCALE:
         return info
@@ -326,11 +327,12 @@ def twins_weights(scenario: Scenario, consortium: Consortium, draws: int) -> np.
                     for seed in population_seeds(data_seed(scenario), draws)], axis=0)
 
 
-def small_twin(scenario: Scenario, consortium: Consortium, seed: int) -> Objective:
-    """The objective of the twin drawn with ``seed``, at up to SUMMARY_RECORDS records per owner."""
+def small_twin(scenario: Scenario, consortium: Consortium, seed: int, records: bool = False) -> Objective:
+    """The objective of the twin drawn with ``seed``, at up to SUMMARY_RECORDS records per owner (their
+    records kept where the loss needs them, or ``records`` asks)."""
     m = scenario.model
     twin = twin_scenario(scenario, np.minimum(consortium.sizes, SUMMARY_RECORDS), seed)
-    owners = build_consortium(twin, keep_records=m.loss != "squared").owners
+    owners = build_consortium(twin, keep_records=records or m.loss != "squared").owners
     return Objective(make_loss(m.loss), owners, m.regularization, m.theta_max)
 
 
