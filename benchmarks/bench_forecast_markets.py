@@ -37,9 +37,11 @@ all 40 runs.
 scalar Monte Carlo of Algorithm 1's copies, apart from any market: one coordinate, θmax = 1, N
 copies and θ_L, owners asked uniformly, each copy's step pulled towards 0 by (N+1)ηh and kicked by
 Laplace noise of standard deviation κ_i, clipped to [−1, 1]; 4,000 replications of U = 1,000
-updates. Per setting: 3·E θ_L² clipped (the share of the box's spread reached) against the law copy
-by copy, the law as if every copy were alike, and the harmonic 1/(1/x + 1) used before, x being
-3·E θ_L² of the same chain unclipped; and 3·E θ_L² where kicks of 100 swamp every answer (θ_L uniform
+updates. Per setting: 3·E θ_L² clipped (the share of the box's spread reached) against the law as the
+forecast uses it (the copies and their shared mean, blended by the share of a step the box clips),
+the copies alone (the law before), the law as if every copy were alike, and the harmonic
+1/(1/x + 1) used before that, x being 3·E θ_L² of the same chain unclipped (its mean's share and the
+steps κ_i² from the same chain); and 3·E θ_L² where kicks of 100 swamp every answer (θ_L uniform
 on the box gives 1). The κ_i spread log-normally (σ = 0, 0.5, 1, 1.5) as owners
 selling different ε do.
 
@@ -231,8 +233,9 @@ def cause(runs: int = 40, draws: int = 400, used: int = 4) -> None:
 
 
 def copies(owners: int, pull: float, kicks: np.ndarray, clip: bool, replications: int = 4000,
-           updates: int = 1000, seed: int = DESIGN_SEED) -> float:
-    """3·E θ_L² of the scalar chain of ``--saturation`` (module docstring)."""
+           updates: int = 1000, seed: int = DESIGN_SEED, mean: bool = False):
+    """3·E θ_L² of the scalar chain of ``--saturation`` (module docstring); with ``mean``, also 3·E m²,
+    m the mean of the N + 1 copies."""
     gen = np.random.default_rng(seed)
     theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
     for _ in range(updates):
@@ -241,7 +244,10 @@ def copies(owners: int, pull: float, kicks: np.ndarray, clip: bool, replications
         step = bar - (owners + 1) * pull * bar + gen.laplace(0.0, 1.0 / np.sqrt(2.0), replications) * kicks[i]
         theta = bar
         copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
-    return float(3.0 * np.mean(theta**2))
+    value = float(3.0 * np.mean(theta**2))
+    if not mean:
+        return value
+    return value, float(3.0 * np.mean(((theta + copy.sum(axis=1)) / (owners + 1)) ** 2))
 
 
 def saturation() -> None:
@@ -249,31 +255,38 @@ def saturation() -> None:
     from dpmarket.markets.forecast import saturated
 
     gen = np.random.default_rng(DESIGN_SEED)
-    ratios: dict[str, list[float]] = {"copy by copy": [], "alike": [], "harmonic": []}
-    print(f"{'N':>3} {'eta*h':>6} {'spread':>6} {'kick':>5} {'x':>7} {'chain':>6} {'copy by copy':>13} "
-          f"{'alike':>6} {'harmonic':>8}")
+    names = ("forecast", "copies alone", "alike", "harmonic")
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    print(f"{'N':>3} {'eta*h':>6} {'spread':>6} {'kick':>5} {'x':>7} {'mean':>5} {'chain':>6} "
+          + " ".join(f"{name:>13}" for name in names))
     for owners, pull in ((4, 0.005), (6, 0.001), (13, 0.005), (13, 0.02), (22, 0.003)):
         for spread in (0.0, 0.5, 1.0, 1.5):
             base = 1.0 / np.exp(gen.normal(0.0, spread, owners))  # kicks ∝ 1/ε
             for level in (0.3, 1.0, 3.0):
                 kicks = base / np.sqrt(np.mean(base**2)) * level
-                x = copies(owners, pull, kicks, clip=False)
+                x, mean = copies(owners, pull, kicks, clip=False, mean=True)
                 chain = copies(owners, pull, kicks, clip=True)
                 pi = np.full((1, owners), 1.0 / owners)
                 share = (kicks**2 / np.sum(kicks**2))[None, :]
-                law = {"copy by copy": saturated(np.array([x]), 1.0, 0.0, "laplace", (pi, share / pi))[0],
+                copies_of = (pi, share / pi)
+                shared = (np.array([min(mean / x, 1.0)]), np.array([np.mean(kicks**2) / (x / 3.0)]),
+                          np.array([float(owners)]))
+                law = {"forecast": saturated(np.array([x]), 1.0, 0.0, "laplace", copies_of, shared=shared)[0],
+                       "copies alone": saturated(np.array([x]), 1.0, 0.0, "laplace", copies_of)[0],
                        "alike": saturated(np.array([x]), 1.0, 0.0, "laplace")[0], "harmonic": x / (1.0 + x)}
                 for name, value in law.items():
                     ratios[name].append(chain / value)
-                print(f"{owners:>3} {pull:>6g} {spread:>6g} {level:>5g} {x:>7.3g} {chain:>6.3f} "
-                      + " ".join(f"{law[name]:>6.3f} ({chain / law[name]:.2f})" for name in law), flush=True)
+                cells = " ".join(f"{law[name]:>6.3f} ({chain / law[name]:.2f})" for name in law)
+                print(f"{owners:>3} {pull:>6g} {spread:>6g} {level:>5g} {x:>7.3g} {mean / x:>5.2f} "
+                      f"{chain:>6.3f} {cells}", flush=True)
     for owners in (4, 13, 22):  # swamped: every copy on a face, θ_L = Σ 2⁻ᵏ(±1) uniform, 3·E θ_L² = 1
         print(f"swamped (kicks of 100), N = {owners}: 3 E theta_L^2 = "
               f"{copies(owners, 0.005, np.full(owners, 100.0), clip=True):.3f} (uniform on the box: 1)")
     for name, values in ratios.items():
         v = np.array(values)
+        rms = np.sqrt(np.mean(np.log(v) ** 2))
         print(f"chain/law, {name}: {v.min():.2f}-{v.max():.2f} (median {np.median(v):.2f}); within x1.25: "
-              f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}")
+              f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}; rms log ratio {rms:.3f}")
 
 
 def oracle(index: int, seed: int, replications: int) -> None:

@@ -302,8 +302,114 @@ def _clipped(u: np.ndarray, shape: str, slopes: bool) -> tuple[np.ndarray, ...]:
         return (g, out, slope, phi * a**3) if slopes else (g, out)
 
 
+def clipped_shifted(m: np.ndarray, scale: np.ndarray, shape: str) -> tuple[np.ndarray, np.ndarray]:
+    """(E Π(X), E Π(X)²) for X = m + Y, m in [−1, 1], Y of the noise ``shape`` with standard deviation
+    ``scale`` (in θmax), Π clipping to [−1, 1] (arrays broadcast together).
+
+    Π(X) = X − (X − 1)₊ + (−1 − X)₊ and Π(X)² = X² − (X − 1)₊² − 2(X − 1)₊ − (−1 − X)₊² − 2(−1 − X)₊,
+    with the partial moments E(Y − d)₊, E(Y − d)₊² of Y beyond d = 1 ∓ m ≥ 0 in closed form:
+    Laplace of scale b = scale/√2, ½b·e^{−d/b} and b²·e^{−d/b}; Gaussian of standard deviation s,
+    sφ(z) − dQ(z) and (s² + d²)Q(z) − dsφ(z), z = d/s, Q the upper tail.
+    """
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
+        if shape == "laplace":
+            b = np.maximum(scale / math.sqrt(2.0), 1e-300)
+            up, down = np.exp((m - 1.0) / b), np.exp(-(m + 1.0) / b)  # e^{−d/b} at either face
+            first = m - 0.5 * b * (up - down)
+            second = m * m + 2.0 * b * b - (b * b + b) * (up + down)
+        else:
+            from scipy.special import erfc  # deferred: scipy.special is slow to import
+
+            s = np.maximum(scale, 1e-300)
+            first, second = m + 0.0 * s, m * m + s * s
+            for d, sign in ((1.0 - m, -1.0), (1.0 + m, 1.0)):
+                z = d / s
+                upper = 0.5 * erfc(z / math.sqrt(2.0))
+                density = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
+                one = s * density - d * upper
+                first = first + sign * one
+                second = second - ((s * s + d * d) * upper - d * s * density) - 2.0 * one
+    return first, np.clip(second, 0.0, 1.0)
+
+
+REACH = 0.01  # the mean's variance (θmax²) below which it stays 10 SD inside Θ: the copies alone
+GRID = 31  # points of the shared mean's density (trapezoid rule on a grid dense at the faces)
+
+
+def shared_mean(u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, mean: np.ndarray, step: np.ndarray, *,
+                owners: np.ndarray, shape: str) -> np.ndarray:
+    """3·E θ_L²/θmax² when the copies' shared mean wanders to the faces (rows: coalitions; ``pi``,
+    ``ratio``: (K, N) as :func:`saturated`'s spread; ``mean``: the mean's variance unclipped and
+    ``step``: one copy's noise step, both in θmax², per row; ``owners``: N per row).
+
+    The copies are m + d_i: m their mean, which wanders slowly, d_i copy i's own deviation (the
+    rest of θ_L's unclipped second moment u, at least one step). At an exchange with copy i the
+    mean moves by (Π(m + k_i w) − m)/(N + 1), k_i w the copy's noise step, clipped; it is pulled back
+    at the rate c that makes ``mean`` its stationary variance unclipped, c = k̄²/(2(N + 1)·mean). Its
+    density is the stationary one of that drift a and diffusion B, p(m) ∝ exp(∫ 2a/B)/B, which the
+    clipping narrows (an outward step at a face is lost). Given m, θ_L = Σ_k 2⁻ᵏ Π(m + d_k) has
+    3E[θ_L²|m] = 2μ̄(m)² + Σ_i π_i E Π(m + d_i)², μ̄ = Σ_i π_i E Π(m + d_i) (closed forms of a shifted,
+    clipped Laplace or Gaussian: :func:`clipped_shifted`). Where nothing is clipped it is u exactly.
+    """
+    dev = np.minimum(np.maximum(u - 3.0 * mean, step), u)  # θ_L's jitter, or at least one step
+    S = np.maximum((u - dev) / 3.0, 1e-300)  # so that 3S + dev = u unclipped
+    c = step / (2.0 * (owners + 1.0) * S)
+    half = np.minimum(1.0, 8.0 * np.sqrt(S))  # m lies within 8 standard deviations, and within Θ
+    grid = np.sin(0.5 * np.pi * np.linspace(-1.0, 1.0, GRID))  # dense at the faces
+    m = half[:, None] * grid[None, :]  # (K, M)
+    scales = np.sqrt(np.stack([step, dev])[:, :, None] * ratio[None])[..., None]  # (2, K, N, 1)
+    first, second = clipped_shifted(m[None, :, None, :], scales, shape)  # (2, K, N, M): steps, copies
+    share = pi[None, :, :, None]  # θ_L meets copy i at a share π_i of the exchanges
+    first, second = np.sum(share * first, axis=2), np.sum(share * second, axis=2)
+    moved = second[0] - 2.0 * m * first[0] + m * m  # E(Π(m + k w) − m)², over the owners
+    drift = 2.0 * (owners[:, None] + 1.0) * (first[0] - m - c[:, None] * m)
+    slope = drift / np.maximum(moved, 1e-300)
+    logp = np.concatenate([np.zeros((len(u), 1)),
+                           np.cumsum(0.5 * (slope[:, 1:] + slope[:, :-1]) * np.diff(m, axis=1), axis=1)],
+                          axis=1) - np.log(np.maximum(moved, 1e-300))
+    weight = np.exp(logp - logp.max(axis=1, keepdims=True)) * np.gradient(m, axis=1)
+    weight /= weight.sum(axis=1, keepdims=True)
+    inner = 2.0 * first[1] ** 2 + second[1]  # 3E[θ_L²|m]
+    return np.sum(weight * inner, axis=1)
+
+
+def step_lost(step: np.ndarray, shape: str) -> np.ndarray:
+    """1 − g(κ)/κ: the share of a copy's noise step (second moment κ, in θmax²) that the box clips
+    away when the step starts at the centre — 0 for steps well inside Θ, → 1 for steps that swamp it
+    (:func:`saturated` weighs its two pictures of the copies by it)."""
+    g, _ = clipped_copy(step, shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(step > 0, 1.0 - g / np.where(step > 0, step, 1.0), 0.0)
+
+
+def blended(kept: np.ndarray, u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, shared: tuple, *,
+            shape: str) -> np.ndarray:
+    """The share of the box's spread θ_L keeps (``kept``: the copies' picture, Σ_i π_i g(u_i)), where
+    the copies' shared mean can reach the faces: (1 − w)·:func:`shared_mean` + w·kept, w =
+    :func:`step_lost` of one copy's noise step. ``shared`` = (the mean's share of u unclipped, one
+    copy's step over θ_L's second moment u/3, N) per row (law.shared_parts).
+
+    Two pictures of the copies, each right at one end (measured on 1,147 policies of eleven
+    development designs, dpmarket/markets/law.py): when a step is small against Θ the copies follow
+    their slowly wandering mean, which the box clips (the shared mean); when a step swamps Θ every
+    copy is redrawn at each exchange, independently of the mean (the copies alone). The share of a
+    step the box clips says how far a coalition is along the way.
+    """
+    share, kick, owners = (np.broadcast_to(np.asarray(a, dtype=float), u.shape).ravel() for a in shared)
+    flat, kept = u.ravel(), np.array(kept, dtype=float).ravel()
+    mean, step = share * flat / 3.0, kick * flat / 3.0
+    reach = (flat - np.minimum(np.maximum(flat - 3.0 * mean, step), flat)) / 3.0 > REACH
+    if reach.any():
+        w = step_lost(step[reach], shape)
+        closure = shared_mean(flat[reach], pi[reach], ratio[reach], mean[reach], step[reach],
+                              owners=owners[reach], shape=shape)
+        kept[reach] = (1.0 - w) * closure + w * kept[reach]
+    return kept.reshape(u.shape)
+
+
 def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "laplace",
-              spread: tuple[np.ndarray, np.ndarray] | None = None, *, slope: bool = False):
+              spread: tuple[np.ndarray, np.ndarray] | None = None, *, slope: bool = False,
+              shared: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None):
     """The noise term as the box Θ lets it grow (``box`` = inf: unchanged); with ``slope``, also its
     derivative in ``noise`` (for the fit).
 
@@ -324,6 +430,10 @@ def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "la
     uniform on Θ). It approaches the box as 1/sqrt(noise) — a copy lands inside Θ with probability
     ∝ θmax over its noise scale — where the harmonic 1/sat = 1/noise + 1/box approached it as
     1/noise and overshot the simulated ψ up to ×1.7 (dpmarket/markets/law.py).
+
+    With ``shared`` (law.shared_parts: the mean's share of u, one copy's step over u/3, N per row),
+    where the copies' shared mean can reach the faces Σ_i π_i·g(u_i) becomes :func:`blended`'s mix of
+    the copies alone and the shared mean clipped by the box.
     """
     noise = np.asarray(noise, dtype=float)
     if not np.isfinite(box):
@@ -338,7 +448,15 @@ def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "la
     copies = clipped_copy(u.reshape(-1, 1) * ratio, shape, slopes=slope)
     g, p = copies[:2]
     outside = np.sum(pi * p, axis=1).reshape(u.shape)
-    value = span * np.sum(pi * g, axis=1).reshape(u.shape) + zero * outside * outside
+    kept = np.sum(pi * g, axis=1).reshape(u.shape)
+    if shared is not None:
+        if slope:  # the shared mean's slope by a central difference (the fit only: a few pilots)
+            up = saturated(noise * (1 + 1e-5), box, zero, shape, spread, shared=shared)
+            down = saturated(noise * (1 - 1e-5), box, zero, shape, spread, shared=shared)
+            value = saturated(noise, box, zero, shape, spread, shared=shared)
+            return value, np.where(finite, (up - down) / np.maximum(2e-5 * noise, 1e-300), 0.0)
+        kept = blended(kept, u, pi, ratio, shared, shape=shape)
+    value = span * kept + zero * outside * outside
     value = np.where(finite, value, box)  # inf noise (no coalition) stays inf upstream
     if not slope:
         return value
@@ -350,7 +468,8 @@ def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "la
 
 def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
                prior: np.ndarray | None = None, iterations: int = 200, *, zero: float = 0.0,
-               shape: str = "laplace", spread: tuple | None = None) -> np.ndarray:
+               shape: str = "laplace", spread: tuple | None = None,
+               shared: tuple | None = None) -> np.ndarray:
     """Non-negative multipliers x of ψ ≈ μ(x) = Σ_{c<C} x_c·A_c + saturated(x_C·A_C, box, zero, shape,
     spread) (A_C the last
     column) that solve the quasi-likelihood equations of a constant *relative* error,
@@ -376,7 +495,7 @@ def quasi_nnls(columns: np.ndarray, psi: np.ndarray, box: float = np.inf,
 
     def model(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """μ(x) and its Jacobian."""
-        value, slope = saturated(x[-1] * A[:, -1], box, zero, shape, spread, slope=True)
+        value, slope = saturated(x[-1] * A[:, -1], box, zero, shape, spread, slope=True, shared=shared)
         jac = np.column_stack([A[:, :-1], A[:, -1] * slope])
         return A[:, :-1] @ x[:-1] + value, jac
 

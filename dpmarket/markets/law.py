@@ -58,10 +58,16 @@ market's 14 equal banks) and ×2.8 (13 banks selling different ε). Checked agai
 Monte Carlo of Algorithm 1's copies (``benchmarks/bench_forecast_markets.py --saturation``: one
 coordinate, 4 to 22 owners, their noise equal or spread as owners selling different ε, 60 settings):
 the simulated E θ_L²/(θmax²/3) over the law's is 0.76–1.49, median 1.01, 54 of 60 within ×1.25 (the
-harmonic: 0.34–1.06, 16 of 60). The misses are few owners or a weak pull towards θ*, where the copies'
-shared, slowly wandering mean is clipped too, which this does not count (the law then errs either
-way by up to ×1.5). At u = 0.1 it lowers V by 6 % (Laplace answers; 0.3 % Gaussian), exponentially
-less below.
+harmonic: 0.34–1.06, 16 of 60). At u = 0.1 it lowers V by 6 % (Laplace answers; 0.3 % Gaussian),
+exponentially less below.
+
+**The copies' shared mean** (``forecast.blended``, ``shared_parts``): that picture redraws every copy at
+each exchange, right when one copy's noise step swamps Θ. When a step is small against Θ (few owners, a
+weak pull towards θ*) the copies follow their slowly wandering mean, and the box clips that mean: the
+copies alone forecast 13–25 % too little there (policies with ψ̂ at 0.1–0.6 ψ_box on eleven
+development designs). Where the mean's unclipped variance exceeds 0.01 θmax², its density is the
+stationary one of its clipped moves (``forecast.shared_mean``), θ_L given the mean in closed form, and
+the two pictures are weighed by the share of one step the box clips (``forecast.step_lost``).
 
 **Updates.** A coalition makes at most U_S = min(T, Σ_{i∈S} m_i) updates: with the capped split and
 caps given, every member may run out of answers well before T (4 owners of 3 answers each stop at
@@ -373,6 +379,19 @@ def copy_spread(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarra
     return pi, ratio
 
 
+def shared_parts(c: Coalitions, modes: np.ndarray, h: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(the mean's share of θ_L's unclipped second moment, one copy's noise step over that moment, N)
+    per coalition, from the h-weighted sums over modes (``modes``: mean variance + jitter in units of
+    q): what the box's saturation needs for the copies' shared mean (forecast.blended). A copy's step
+    carries its owner's whole noise step, (N + 1)²·q per coordinate, and the modes weigh it as the box
+    does (ψ_box − ψ(0) ∝ tr H)."""
+    total = modes @ h
+    owners = np.asarray(c.owners, dtype=float)
+    share = (modes - jitter(owners)[:, None]) @ h / total
+    kick = (owners + 1.0) ** 2 * np.sum(h) / total
+    return np.clip(share, 0.0, 1.0), kick, owners
+
+
 def noise_weights(inputs: LawInputs, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
     """a_i m_i² per coalition, V_S ∝ Σ_i a_i m_i² ε_i⁻² (rows scaled to a largest weight of 1, empty
     rows 0): the weights a budget-constrained buyer should equalise, C_i'(ε_i)ε_i³ ∝ a_i m_i²
@@ -426,7 +445,8 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
         noise = c2 * noise
         if np.isfinite(inputs.box):
             spread = None if alike_copies(inputs, c) else copy_spread(inputs, c)
-            noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread)
+            noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread,
+                              shared=shared_parts(c, modes, h))
     return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
 
 
@@ -483,6 +503,16 @@ class LawForecast:
         (:func:`copy_spread`): what the fit saturates the pilots' noise terms with."""
         c = coalitions_of(self.inputs, np.asarray(records, dtype=float), masks, epsilons)
         return copy_spread(self.inputs, c)
+
+    def shared(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
+        """:func:`shared_parts` of the coalitions ``masks`` (all non-empty): what the fit saturates
+        the pilots' noise terms with, beside :meth:`spread`."""
+        inputs = self.inputs
+        c = coalitions_of(inputs, np.asarray(records, dtype=float), masks, epsilons)
+        updates = coalition_updates(inputs, c)
+        steps = inputs.iterations if updates is None else updates
+        modes = mean_variance(c.eta, inputs.eigenvalues, steps) + jitter(c.owners)[:, None]
+        return shared_parts(c, modes, inputs.eigenvalues)
 
     def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂ (see :func:`noise_weights`)."""

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
 CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-7"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-8"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -236,7 +236,8 @@ def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
     columns = np.column_stack([free, noise])
     spread = twin.spread(used.epsilon[:, None], used.records, used.masks)
     c0, c2 = quasi_nnls(columns, used.psi, twin.inputs.box, PRIOR, zero=twin.inputs.box_zero,
-                        shape=twin.inputs.noise_shape, spread=spread)
+                        shape=twin.inputs.noise_shape, spread=spread,
+                        shared=twin.shared(used.epsilon[:, None], used.records, used.masks))
     fitted = LawForecast(twin.inputs, float(c0), float(c2))
     predicted = fitted.coalitions(used.epsilon[:, None], used.records, used.masks)
     quality = fit_quality(predicted, used.psi, used.masks.sum(axis=1))

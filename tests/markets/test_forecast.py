@@ -95,6 +95,85 @@ def test_a_clipped_copy_keeps_what_monte_carlo_says(shape):
             assert abs(clipped_copy(np.array([u]), other)[0][0] - kept.mean()) > 50 * se_g
 
 
+@pytest.mark.parametrize("shape", ["laplace", "gaussian"])
+def test_a_shifted_clipped_copy_keeps_what_monte_carlo_says(shape):
+    """E Π(m + Y) and E Π(m + Y)² in closed form against 400,000 draws of Y (standard deviation s,
+    θmax = 1) within 5 standard errors, from a copy near a face to one that swamps Θ; the other
+    noise's closed form (the deliberately wrong input) is many standard errors off."""
+    from dpmarket.markets.forecast import clipped_shifted
+
+    gen = np.random.default_rng(29)
+    other = "gaussian" if shape == "laplace" else "laplace"
+    for m in (-0.9, 0.0, 0.5):
+        for s in (0.05, 0.5, 3.0):
+            y = (gen.laplace(0.0, s / np.sqrt(2), 400_000) if shape == "laplace"
+                 else gen.normal(0.0, s, 400_000))
+            x = np.clip(m + y, -1.0, 1.0)
+            first, second = clipped_shifted(np.array(m), np.array(s), shape)
+            se1, se2 = x.std(ddof=1) / np.sqrt(x.size), (x * x).std(ddof=1) / np.sqrt(x.size)
+            assert abs(first - x.mean()) <= 5 * se1 and abs(second - np.mean(x * x)) <= 5 * se2, (m, s)
+            if (m, s) == (0.5, 0.5):
+                assert abs(clipped_shifted(np.array(m), np.array(s), other)[1] - np.mean(x * x)) > 20 * se2
+
+
+def copies_chain(owners: int, pull: float, kick: float, clip: bool, replications: int = 4000,
+                 updates: int = 1000) -> tuple[np.ndarray, float]:
+    """Algorithm 1's copies on one coordinate (θmax = 1, θ* = 0): owners asked uniformly, each copy's
+    step pulled towards 0 and kicked by Laplace noise of standard deviation ``kick``, clipped to
+    [−1, 1] with ``clip``. Returns 3θ_L² per replication and 3·E m², m the copies' mean."""
+    gen = np.random.default_rng(29)
+    theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
+    for _ in range(updates):
+        i = gen.integers(0, owners, replications)
+        bar = 0.5 * (theta + copy[rows, i])
+        step = bar - (owners + 1) * pull * bar + gen.laplace(0.0, kick / np.sqrt(2.0), replications)
+        theta = bar
+        copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
+    mean = (theta + copy.sum(axis=1)) / (owners + 1)
+    return 3.0 * theta**2, float(3.0 * np.mean(mean**2))
+
+
+@pytest.mark.parametrize("owners, pull, kick", [(4, 0.005, 0.3), (6, 0.001, 0.1), (6, 0.001, 0.2),
+                                                (3, 0.002, 0.2)])
+def test_the_shared_mean_clipped_by_the_box_follows_the_copies(owners, pull, kick):
+    """Few owners with small steps and a weak pull: the copies follow their slowly wandering mean,
+    which the box clips. The saturation with the shared mean (forecast.blended) is within 5
+    standard errors of the copies' chain (4,000 replications); the copies taken alone (the law
+    before, the deliberately wrong input) forecast 16–29 % too little, beyond 5 standard errors."""
+    from dpmarket.markets.forecast import saturated
+
+    unclipped, mean = copies_chain(owners, pull, kick, clip=False)
+    clipped, _ = copies_chain(owners, pull, kick, clip=True)
+    u = unclipped.mean()  # 3·E θ_L² unclipped: the noise term over the box's spread (box 1, ψ(0) 0)
+    spread = (np.full((1, owners), 1.0 / owners), np.ones((1, owners)))
+    shared = (np.array([min(mean / u, 1.0)]), np.array([kick**2 / (u / 3.0)]), np.array([float(owners)]))
+    se = clipped.std(ddof=1) / np.sqrt(clipped.size)
+    blended = saturated(np.array([u]), 1.0, 0.0, "laplace", spread, shared=shared)[0]
+    alone = saturated(np.array([u]), 1.0, 0.0, "laplace", spread)[0]
+    assert abs(blended - clipped.mean()) <= 5 * se, (blended, clipped.mean(), se)
+    assert clipped.mean() - alone > 5 * se, (alone, clipped.mean(), se)
+
+
+def test_the_shared_mean_leaves_unclipped_and_swamped_copies_as_they_were():
+    """Where nothing is clipped the shared mean's closure gives u (to 10⁻⁸: its quadrature); where one
+    step swamps Θ every copy is redrawn at each exchange and the saturation is the copies' alone (the
+    weight 1 − g(κ)/κ of that picture → 1), near the box."""
+    from dpmarket.markets.forecast import saturated, shared_mean, step_lost
+
+    for shape in ("laplace", "gaussian"):
+        for u, share in ((0.003, 0.9), (0.06, 0.99)):
+            closure = shared_mean(np.array([u]), np.full((1, 4), 0.25), np.ones((1, 4)),
+                                  np.array([share * u / 3]), np.array([1e-5]), owners=np.array([4.0]),
+                                  shape=shape)
+            assert closure[0] == pytest.approx(u, rel=1e-8)
+        assert step_lost(np.array([1e-4, 1e4]), shape) == pytest.approx([0.0, 1.0], abs=2e-2)
+        spread = (np.full((1, 4), 0.25), np.ones((1, 4)))
+        shared = (np.array([0.9]), np.array([3.0]), np.array([4.0]))  # steps of u: swamped at u = 10⁶
+        swamped = saturated(np.array([1e6]), 8.0, 1.5, shape, spread, shared=shared)[0]
+        alone = saturated(np.array([1e6]), 8.0, 1.5, shape, spread)[0]
+        assert swamped == pytest.approx(alone, rel=1e-3) and 7.9 < swamped < 8.0
+
+
 def test_the_box_saturates_the_noise_term_and_the_fit_sees_through_it():
     from dpmarket.markets.forecast import quasi_nnls, saturated
 

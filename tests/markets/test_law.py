@@ -425,8 +425,10 @@ def test_the_box_saturates_the_noise_copy_by_copy_as_simulation_does():
     is within ×1.25 of the simulated mean (5 standard errors of it on top) everywhere; saturating the
     sum as if every copy were alike, or the harmonic 1/ψ = 1/V + 1/ψ_box, forecasts 2.3–2.6 times
     the simulated ψ with the one noisy owner (the deliberately wrong inputs). Known limit, not
-    asserted: with a few owners at moderate noise (one at ε = 1 among five at 30) the copies' shared
-    wandering mean is clipped too, which the law does not count, and it forecasts ×1.5 too low."""
+    asserted: with one owner at ε = 1 among five at 30 the simulated mean is 0.95 ± 0.07 and the law
+    forecasts 0.70 (×1.36 too low; 0.64, ×1.48, with the copies alone, before the shared mean was
+    counted): one noisy copy swamps Θ while five quiet ones follow the mean, between the two
+    pictures the law weighs by an average step (forecast.blended)."""
     from dpmarket import rng as streams
     from dpmarket.markets.forecast import saturated
     from dpmarket.runs.replications import final_psis
