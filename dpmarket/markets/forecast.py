@@ -334,6 +334,8 @@ def clipped_shifted(m: np.ndarray, scale: np.ndarray, shape: str) -> tuple[np.nd
 
 REACH = 0.01  # the mean's variance (θmax²) below which it stays 10 SD inside Θ: the copies alone
 GRID = 31  # points of the shared mean's density (trapezoid rule on a grid dense at the faces)
+BLOCK = 1 << 18  # entries of one (coalitions × owners × GRID) block: sampled Shapley values of 86 owners
+#                  ask for 344,000 coalitions at once
 
 
 def shared_mean(u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, mean: np.ndarray, step: np.ndarray, *,
@@ -399,11 +401,13 @@ def blended(kept: np.ndarray, u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, 
     flat, kept = u.ravel(), np.array(kept, dtype=float).ravel()
     mean, step = share * flat / 3.0, kick * flat / 3.0
     reach = (flat - np.minimum(np.maximum(flat - 3.0 * mean, step), flat)) / 3.0 > REACH
-    if reach.any():
-        w = step_lost(step[reach], shape)
-        closure = shared_mean(flat[reach], pi[reach], ratio[reach], mean[reach], step[reach],
-                              owners=owners[reach], shape=shape)
-        kept[reach] = (1.0 - w) * closure + w * kept[reach]
+    rows = np.flatnonzero(reach)
+    block = max(1, BLOCK // (pi.shape[1] * GRID))  # rows at a time: bounds the (2, K, N, GRID) arrays
+    for start in range(0, len(rows), block):
+        at = rows[start:start + block]
+        w = step_lost(step[at], shape)
+        closure = shared_mean(flat[at], pi[at], ratio[at], mean[at], step[at], owners=owners[at], shape=shape)
+        kept[at] = (1.0 - w) * closure + w * kept[at]
     return kept.reshape(u.shape)
 
 

@@ -468,3 +468,21 @@ def test_every_subset_of_players_is_forecast_like_its_mask(banks, monkeypatch):
     by_subset = forecast.coalitions(eps, sizes, subsets)
     by_mask = forecast.coalitions(eps, sizes, subsets.masks())
     assert np.isinf(by_subset[0]) and by_subset[1:] == pytest.approx(by_mask[1:], rel=1e-12)
+
+
+def test_owners_alike_in_every_coalition_are_merged_without_changing_the_forecast(banks, monkeypatch):
+    """Owners of one ε (and clock rate, cap, δ) have one copy spread in every coalition, so the box's
+    saturation merges them into one column: the same ψ̂ (to 10⁻¹²) as one column per owner, over
+    coalitions where the merged copies are clipped and their shared mean reaches the faces."""
+    _, forecast, prepared, _ = banks
+    sizes = prepared.consortium.sizes
+    eps = np.array([0.05, 0.05, 0.05, 3.0, 3.0, 0.05, 30.0, 30.0, 0.05, 3.0])  # three classes of ten
+    gen = np.random.default_rng(29)
+    masks = gen.uniform(size=(300, 10)) < 0.4
+    masks = masks[masks.any(axis=1)]
+    merged = forecast.coalitions(eps, sizes, masks)
+    assert law.owner_classes(forecast.inputs, eps).shape == (10, 3)
+    monkeypatch.setattr(law, "owner_classes", lambda inputs, epsilons: np.eye(len(epsilons)))
+    per_owner = forecast.coalitions(eps, sizes, masks)
+    assert merged == pytest.approx(per_owner, rel=1e-12)
+    assert np.sum(merged > 0.1 * forecast.inputs.box) > 20  # the box's regime, where the spread matters
