@@ -344,10 +344,11 @@ def shared_mean(u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, mean: np.ndarr
     ``ratio``: (K, N) as :func:`saturated`'s spread; ``mean``: the mean's variance unclipped and
     ``step``: one copy's noise step, both in θmax², per row; ``owners``: N per row).
 
-    The copies are m + d_i: m their mean, which wanders slowly, d_i copy i's own deviation (the
-    rest of θ_L's unclipped second moment u, at least one step). At an exchange with copy i the
-    mean moves by (Π(m + k_i w) − m)/(N + 1), k_i w the copy's noise step, clipped; it is pulled back
-    at the rate c that makes ``mean`` its stationary variance unclipped, c = k̄²/(2(N + 1)·mean). Its
+    The copies are m + d_i: m their mean, which wanders slowly, d_i copy i's own deviation (second
+    moment d: the rest of θ_L's unclipped u beyond the mean's, at least one step; the mean then keeps
+    S = (u − d)/3). At an exchange with copy i the mean moves by (Π(m + k_i w) − m)/(N + 1), k_i w the
+    copy's noise step, clipped; it is pulled back at the rate c that makes S its stationary variance
+    unclipped, c = k̄²/(2(N + 1)S). Its
     density is the stationary one of that drift a and diffusion B, p(m) ∝ exp(∫ 2a/B)/B, which the
     clipping narrows (an outward step at a face is lost). Given m, θ_L = Σ_k 2⁻ᵏ Π(m + d_k) has
     3E[θ_L²|m] = 2μ̄(m)² + Σ_i π_i E Π(m + d_i)², μ̄ = Σ_i π_i E Π(m + d_i) (closed forms of a shifted,
