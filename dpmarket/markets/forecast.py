@@ -338,24 +338,30 @@ BLOCK = 1 << 18  # entries of one (coalitions × owners × GRID) block: sampled 
 #                  ask for 344,000 coalitions at once
 
 
-def shared_mean(u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, mean: np.ndarray, step: np.ndarray, *,
+def split_moment(u: np.ndarray, mean: np.ndarray, step: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(S, d): θ_L's unclipped second moment u (in θmax², ×3) split between the copies' shared mean,
+    variance S, and each copy's own deviation, second moment d — the rest of u beyond the mean's
+    variance ``mean``, but at least one noise ``step`` — so that 3S + d = u."""
+    dev = np.minimum(np.maximum(u - 3.0 * mean, step), u)
+    return (u - dev) / 3.0, dev
+
+
+def shared_mean(pi: np.ndarray, ratio: np.ndarray, S: np.ndarray, dev: np.ndarray, step: np.ndarray, *,
                 owners: np.ndarray, shape: str) -> np.ndarray:
     """3·E θ_L²/θmax² when the copies' shared mean wanders to the faces (rows: coalitions; ``pi``,
-    ``ratio``: (K, N) as :func:`saturated`'s spread; ``mean``: the mean's variance unclipped and
-    ``step``: one copy's noise step, both in θmax², per row; ``owners``: N per row).
+    ``ratio``: (K, N) as :func:`saturated`'s spread; ``S``, ``dev``: :func:`split_moment`; ``step``:
+    one copy's noise step in θmax²; ``owners``: N per row).
 
-    The copies are m + d_i: m their mean, which wanders slowly, d_i copy i's own deviation (second
-    moment d: the rest of θ_L's unclipped u beyond the mean's, at least one step; the mean then keeps
-    S = (u − d)/3). At an exchange with copy i the mean moves by (Π(m + k_i w) − m)/(N + 1), k_i w the
-    copy's noise step, clipped; it is pulled back at the rate c that makes S its stationary variance
-    unclipped, c = k̄²/(2(N + 1)S). Its
+    The copies are m + d_i: m their mean, which wanders slowly with unclipped variance S, d_i copy
+    i's own deviation (second moment ``dev``). At an exchange with copy i the mean moves by
+    (Π(m + k_i w) − m)/(N + 1), k_i w the copy's noise step, clipped; it is pulled back at the rate c
+    that makes S its stationary variance unclipped, c = k̄²/(2(N + 1)S). Its
     density is the stationary one of that drift a and diffusion B, p(m) ∝ exp(∫ 2a/B)/B, which the
     clipping narrows (an outward step at a face is lost). Given m, θ_L = Σ_k 2⁻ᵏ Π(m + d_k) has
     3E[θ_L²|m] = 2μ̄(m)² + Σ_i π_i E Π(m + d_i)², μ̄ = Σ_i π_i E Π(m + d_i) (closed forms of a shifted,
-    clipped Laplace or Gaussian: :func:`clipped_shifted`). Where nothing is clipped it is u exactly.
+    clipped Laplace or Gaussian: :func:`clipped_shifted`). Where nothing is clipped it is 3S + dev.
     """
-    dev = np.minimum(np.maximum(u - 3.0 * mean, step), u)  # θ_L's jitter, or at least one step
-    S = np.maximum((u - dev) / 3.0, 1e-300)  # so that 3S + dev = u unclipped
+    S = np.maximum(S, 1e-300)
     c = step / (2.0 * (owners + 1.0) * S)
     half = np.minimum(1.0, 8.0 * np.sqrt(S))  # m lies within 8 standard deviations, and within Θ
     grid = np.sin(0.5 * np.pi * np.linspace(-1.0, 1.0, GRID))  # dense at the faces
@@ -367,7 +373,7 @@ def shared_mean(u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, mean: np.ndarr
     moved = second[0] - 2.0 * m * first[0] + m * m  # E(Π(m + k w) − m)², over the owners
     drift = 2.0 * (owners[:, None] + 1.0) * (first[0] - m - c[:, None] * m)
     slope = drift / np.maximum(moved, 1e-300)
-    logp = np.concatenate([np.zeros((len(u), 1)),
+    logp = np.concatenate([np.zeros((len(S), 1)),
                            np.cumsum(0.5 * (slope[:, 1:] + slope[:, :-1]) * np.diff(m, axis=1), axis=1)],
                           axis=1) - np.log(np.maximum(moved, 1e-300))
     weight = np.exp(logp - logp.max(axis=1, keepdims=True)) * np.gradient(m, axis=1)
@@ -400,14 +406,14 @@ def blended(kept: np.ndarray, u: np.ndarray, pi: np.ndarray, ratio: np.ndarray, 
     """
     share, kick, owners = (np.broadcast_to(np.asarray(a, dtype=float), u.shape).ravel() for a in shared)
     flat, kept = u.ravel(), np.array(kept, dtype=float).ravel()
-    mean, step = share * flat / 3.0, kick * flat / 3.0
-    reach = (flat - np.minimum(np.maximum(flat - 3.0 * mean, step), flat)) / 3.0 > REACH
-    rows = np.flatnonzero(reach)
+    step = kick * flat / 3.0
+    S, dev = split_moment(flat, share * flat / 3.0, step)
+    rows = np.flatnonzero(S > REACH)  # the mean can reach the faces: below, the copies alone
     block = max(1, BLOCK // (pi.shape[1] * GRID))  # rows at a time: bounds the (2, K, N, GRID) arrays
     for start in range(0, len(rows), block):
         at = rows[start:start + block]
         w = step_lost(step[at], shape)
-        closure = shared_mean(flat[at], pi[at], ratio[at], mean[at], step[at], owners=owners[at], shape=shape)
+        closure = shared_mean(pi[at], ratio[at], S[at], dev[at], step[at], owners=owners[at], shape=shape)
         kept[at] = (1.0 - w) * closure + w * kept[at]
     return kept.reshape(u.shape)
 
@@ -450,16 +456,15 @@ def saturated(noise: np.ndarray, box: float, zero: float = 0.0, shape: str = "la
         pi, ratio = np.ones((u.size, 1)), np.ones((u.size, 1))
     else:
         pi, ratio = (np.asarray(a, dtype=float).reshape(u.size, -1) for a in spread)
+    if shared is not None and slope:  # the shared mean's slope by a central difference (the fit only)
+        up, value, down = (saturated(noise * f, box, zero, shape, spread, shared=shared)
+                           for f in (1 + 1e-5, 1.0, 1 - 1e-5))
+        return value, np.where(finite, (up - down) / np.maximum(2e-5 * noise, 1e-300), 0.0)
     copies = clipped_copy(u.reshape(-1, 1) * ratio, shape, slopes=slope)
     g, p = copies[:2]
     outside = np.sum(pi * p, axis=1).reshape(u.shape)
     kept = np.sum(pi * g, axis=1).reshape(u.shape)
     if shared is not None:
-        if slope:  # the shared mean's slope by a central difference (the fit only: a few pilots)
-            up = saturated(noise * (1 + 1e-5), box, zero, shape, spread, shared=shared)
-            down = saturated(noise * (1 - 1e-5), box, zero, shape, spread, shared=shared)
-            value = saturated(noise, box, zero, shape, spread, shared=shared)
-            return value, np.where(finite, (up - down) / np.maximum(2e-5 * noise, 1e-300), 0.0)
         kept = blended(kept, u, pi, ratio, shared, shape=shape)
     value = span * kept + zero * outside * outside
     value = np.where(finite, value, box)  # inf noise (no coalition) stays inf upstream

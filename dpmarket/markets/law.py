@@ -437,6 +437,27 @@ def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, np.ravel(which)
 
 
+def runs_of(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(first, which, updates): the coalitions whose floor and mean variance are computed (first)
+    and where each coalition finds its own (which), and U_S where caps end some run before T (else
+    None). Without caps, both depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
+    values (one per size when ρ is set by the floor's decay): exponentials once per distinct η."""
+    updates = coalition_updates(inputs, c)
+    if updates is not None and np.any(updates < inputs.iterations):
+        every = np.arange(len(c.eta))
+        return every, every, updates
+    first, which = distinct(c.eta)
+    return first, which, None
+
+
+def mode_variances(inputs: LawInputs, c: Coalitions, first: np.ndarray, which: np.ndarray,
+                   updates: np.ndarray | None) -> np.ndarray:
+    """(K, p): the mean's variance after the run plus θ_L's jitter, per coalition and mode, in units
+    of q (module docstring), with :func:`runs_of`'s ``first``, ``which`` and ``updates``."""
+    steps = inputs.iterations if updates is None else updates
+    return mean_variance(c.eta[first], inputs.eigenvalues, steps)[which] + jitter(c.owners)[:, None]
+
+
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               coalitions, c2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N)); with
@@ -444,21 +465,12 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, coalitions, epsilons)
     h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
-    updates = coalition_updates(inputs, c)
-    if updates is not None and np.any(updates < T):  # caps end some coalition's run before T
-        first = which = np.arange(len(c.eta))
-        steps = updates
-    else:
-        # floor and mean variance depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
-        # values (one per size when ρ is set by the floor's decay): exponentials once per distinct η
-        first, which = distinct(c.eta)
-        steps = updates = None
+    first, which, updates = runs_of(inputs, c)
     floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h,
                                     weights=inputs.floor_weights, updates=updates))
     s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
     bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
-    modes = (mean_variance(c.eta[first], h, T if steps is None else steps)[which]
-             + jitter(c.owners)[:, None])  # (K, p), in units of q
+    modes = mode_variances(inputs, c, first, which, updates)
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
     noise = noise_per_step(inputs, c) * (modes @ h) / scale
     if c2 is not None:
@@ -518,21 +530,13 @@ class LawForecast:
         some = np.isfinite(free)
         return np.where(some, self.c0 * np.where(some, free, 0.0) + np.where(some, noise, 0.0), np.inf)
 
-    def spread(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
-        """(π_i, r_i) of the coalitions ``masks`` (all non-empty) for the box's saturation
-        (:func:`copy_spread`): what the fit saturates the pilots' noise terms with."""
+    def box_inputs(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
+        """(spread, shared) of the coalitions ``masks`` (all non-empty) for the box's saturation:
+        the copies' (π_i, r_i) (:func:`copy_spread`) and the shared mean's parts
+        (:func:`shared_parts`) — what the fit saturates the pilots' noise terms with."""
         c = coalitions_of(self.inputs, np.asarray(records, dtype=float), masks, epsilons)
-        return copy_spread(self.inputs, c)
-
-    def shared(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
-        """:func:`shared_parts` of the coalitions ``masks`` (all non-empty): what the fit saturates
-        the pilots' noise terms with, beside :meth:`spread`."""
-        inputs = self.inputs
-        c = coalitions_of(inputs, np.asarray(records, dtype=float), masks, epsilons)
-        updates = coalition_updates(inputs, c)
-        steps = inputs.iterations if updates is None else updates
-        modes = mean_variance(c.eta, inputs.eigenvalues, steps) + jitter(c.owners)[:, None]
-        return shared_parts(c, modes, inputs.eigenvalues)
+        modes = mode_variances(self.inputs, c, *runs_of(self.inputs, c))
+        return copy_spread(self.inputs, c), shared_parts(c, modes, self.inputs.eigenvalues)
 
     def noise_weights(self, records: np.ndarray, masks: np.ndarray) -> np.ndarray:
         """Per coalition, the relative weight of each member's ε_i⁻² in ψ̂ (see :func:`noise_weights`)."""

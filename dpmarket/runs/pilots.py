@@ -234,10 +234,9 @@ def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
     twin = LawForecast(law.inputs.on_twin())
     free, noise = twin.terms(used.epsilon[:, None], used.records, used.masks)
     columns = np.column_stack([free, noise])
-    spread = twin.spread(used.epsilon[:, None], used.records, used.masks)
+    spread, shared = twin.box_inputs(used.epsilon[:, None], used.records, used.masks)
     c0, c2 = quasi_nnls(columns, used.psi, twin.inputs.box, PRIOR, zero=twin.inputs.box_zero,
-                        shape=twin.inputs.noise_shape, spread=spread,
-                        shared=twin.shared(used.epsilon[:, None], used.records, used.masks))
+                        shape=twin.inputs.noise_shape, spread=spread, shared=shared)
     fitted = LawForecast(twin.inputs, float(c0), float(c2))
     predicted = fitted.coalitions(used.epsilon[:, None], used.records, used.masks)
     quality = fit_quality(predicted, used.psi, used.masks.sum(axis=1))

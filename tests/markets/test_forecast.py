@@ -158,13 +158,13 @@ def test_the_shared_mean_leaves_unclipped_and_swamped_copies_as_they_were():
     """Where nothing is clipped the shared mean's closure gives u (to 10⁻⁸: its quadrature); where one
     step swamps Θ every copy is redrawn at each exchange and the saturation is the copies' alone (the
     weight 1 − g(κ)/κ of that picture → 1), near the box."""
-    from dpmarket.markets.forecast import saturated, shared_mean, step_lost
+    from dpmarket.markets.forecast import saturated, shared_mean, split_moment, step_lost
 
     for shape in ("laplace", "gaussian"):
         for u, share in ((0.003, 0.9), (0.06, 0.99)):
-            closure = shared_mean(np.array([u]), np.full((1, 4), 0.25), np.ones((1, 4)),
-                                  np.array([share * u / 3]), np.array([1e-5]), owners=np.array([4.0]),
-                                  shape=shape)
+            S, dev = split_moment(np.array([u]), np.array([share * u / 3]), np.array([1e-5]))
+            closure = shared_mean(np.full((1, 4), 0.25), np.ones((1, 4)), S, dev, np.array([1e-5]),
+                                  owners=np.array([4.0]), shape=shape)
             assert closure[0] == pytest.approx(u, rel=1e-8)
         assert step_lost(np.array([1e-4, 1e4]), shape) == pytest.approx([0.0, 1.0], abs=2e-2)
         spread = (np.full((1, 4), 0.25), np.ones((1, 4)))
