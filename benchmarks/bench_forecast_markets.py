@@ -59,7 +59,10 @@ Per market it prints the most draws one forecast per policy could serve within �
 mean given 2 standard errors of slack), since a forecast from public information is the same for
 every draw: no such forecast keeps every policy within ×1.5 with a probability above the product of
 those shares over the markets. It also prints the forecast against the mean over the draws, the
-quantity a public forecast can aim at. 20 replications per draw unless ``--replications`` says.
+quantity a public forecast can aim at, and — per policy and at the end — the spread over the draws
+of the fitted law on each draw's own public twin (its draw, not the expectation): whether public
+information can tell which policies the owners' draw moves. 20 replications per draw unless
+``--replications`` says.
 
 ``--oracle J`` diagnoses market J of the design (``--design-seed`` chooses the design): per policy,
 the forecast against the simulated mean as above, then the same law on the owners' own summary
@@ -88,7 +91,7 @@ import numpy as np
 from dpmarket.data import problem
 from dpmarket.data.proxy import resolve_step
 from dpmarket.experiment import compare
-from dpmarket.markets.law import LawForecast
+from dpmarket.markets.law import LawForecast, build_inputs
 from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.loading import load
 from dpmarket.scenario.schema import POLICIES
@@ -371,7 +374,7 @@ def draws(markets: int, seed: int, replications: int, further: int) -> None:
     """``--draws K``: how far the owners' private draw of the population alone moves ψ (docstring)."""
     from dpmarket.experiment.policy_runs import final_psi
 
-    shares, averaged, unavoidable, start = [], [], 0.0, time.perf_counter()
+    shares, averaged, spreads, unavoidable, start = [], [], [], 0.0, time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         for d in design(markets, seed):
             c = compare.compare(scenario_of(d), list(POLICIES), replications, Path(tmp))
@@ -380,7 +383,10 @@ def draws(markets: int, seed: int, replications: int, further: int) -> None:
                 print(f"market {d.index:>2}: {d.label()}; nobody takes part under any policy")
                 continue
             psi = [np.array([r.psi for r in bought])]  # (policies, replications) per draw
-            rhos = [resolve_step(c.scenario, *_consortium(c.scenario)).rho]
+            prepared = problem.prepare(c.scenario)
+            forecast, _ = calibration.resolve(c.scenario, prepared.consortium, prepared.objective, Path(tmp))
+            rhos = [resolve_step(c.scenario, prepared.consortium, prepared.consortium.sizes).rho]
+            twins = [_on_twin(forecast, forecast.inputs, bought, c.records)]
             for k in range(1, further + 1):
                 scenario = draw_scenario(d, c.scenario, c.records, k, seed)
                 prepared = problem.prepare(scenario)
@@ -388,6 +394,9 @@ def draws(markets: int, seed: int, replications: int, further: int) -> None:
                 runs = final_psi(scenario, prepared.consortium, prepared.objective, jobs)
                 psi.append(np.array(runs).reshape(len(bought), len(c.seeds)))
                 rhos.append(resolve_step(scenario, prepared.consortium, prepared.consortium.sizes).rho)
+                inputs = build_inputs(scenario, prepared.consortium)
+                twins.append(_on_twin(forecast, inputs, bought, c.records))
+            twin_spread = np.max(twins, axis=0) / np.min(twins, axis=0)
             means = np.stack([p.mean(axis=1) for p in psi], axis=1)  # (policies, draws)
             errors = np.stack([p.std(axis=1, ddof=1) / np.sqrt(p.shape[1]) for p in psi], axis=1) / means
             logs = np.log(means)
@@ -398,14 +407,15 @@ def draws(markets: int, seed: int, replications: int, further: int) -> None:
             print(f"market {d.index:>2}: {d.label()}; rho over the draws {min(rhos):.4g}-{max(rhos):.4g}; "
                   f"draws one public forecast can serve: {served} of {means.shape[1]}")
             print(f"   {'policy':<20} {'owners':>6} {'forecast':>9} {'psi: this draw':>14} {'min':>10} "
-                  f"{'median':>10} {'max':>10} {'max/min':>8} {'served':>7} {'mean/fcst':>9}")
+                  f"{'median':>10} {'max':>10} {'max/min':>8} {'served':>7} {'mean/fcst':>9} {'twins':>6}")
             for i, r in enumerate(bought):
                 forecast = r.outcome.psi_forecast
                 averaged.append(means[i].mean() / forecast)
                 print(f"   {r.outcome.policy:<20} {int(r.outcome.participates.sum()):>6} {forecast:>9.4g} "
                       f"{means[i, 0]:>14.4g} {means[i].min():>10.4g} {np.median(means[i]):>10.4g} "
                       f"{means[i].max():>10.4g} {means[i].max() / means[i].min():>8.2f} {alone[i]:>7.2f} "
-                      f"{averaged[-1]:>9.3f}", flush=True)
+                      f"{averaged[-1]:>9.3f} {twin_spread[i]:>6.2f}", flush=True)
+                spreads.append((means[i].max() / means[i].min(), twin_spread[i]))
     bound = float(np.prod(shares))
     print(f"\n{len(shares)} markets, {further + 1} draws of the owners' populations each, {replications} "
           f"replications per policy and draw; {time.perf_counter() - start:.0f} s")
@@ -420,6 +430,20 @@ def draws(markets: int, seed: int, replications: int, further: int) -> None:
     print(f"   the forecast against the mean over the draws: {inside} of {len(averaged)} within x{TARGET:g}, "
           f"median {np.median(averaged):.3f}, "
           f"{averaged.min():.3f}-{averaged.max():.3f}")
+    sim, twin = np.log(np.array(spreads)).T
+    wide, told = sim > np.log(2), twin > np.log(2)
+    print(f"   the spread over the draws, simulated against the law on each draw's public twin (max/min): "
+          f"correlation of their logs {np.corrcoef(sim, twin)[0, 1]:.2f}; simulated above x2 for "
+          f"{int(np.sum(wide))} policies, of which the twins say above x2 for {int(np.sum(wide & told))}; "
+          f"the twins above x2 for {int(np.sum(told))}")
+
+
+def _on_twin(forecast, inputs, bought, sizes: np.ndarray) -> np.ndarray:
+    """The fitted law on one public twin's own draw of the population (not the expectation): ψ̂ of each
+    bought policy's coalition and ε, as if the owners were that twin."""
+    law = LawForecast(inputs.on_twin(), forecast.c0, forecast.c2)
+    return np.array([law.coalitions(r.outcome.epsilon, sizes, r.outcome.participates[None, :])[0]
+                     for r in bought])
 
 
 def _consortium(scenario) -> tuple:
