@@ -454,12 +454,6 @@ def _on_twin(forecast, inputs, bought, sizes: np.ndarray) -> np.ndarray:
                      for r in bought])
 
 
-def _consortium(scenario) -> tuple:
-    """The consortium and its sizes, for the step of the whole market."""
-    consortium = problem.prepare(scenario).consortium
-    return consortium, consortium.sizes
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="12 markets, 10 replications")
