@@ -458,6 +458,13 @@ def mode_variances(inputs: LawInputs, c: Coalitions, first: np.ndarray, which: n
     return mean_variance(c.eta[first], inputs.eigenvalues, steps)[which] + jitter(c.owners)[:, None]
 
 
+def coalition_bias(inputs: LawInputs, records: np.ndarray, c: Coalitions) -> np.ndarray:
+    """B_S = Σ_i (share_i^S − s_i)² g_i per coalition (module docstring), from the members' sums: the
+    expected ψ of θ*_S, the coalition's own optimum, over the owners' draws of their deviations."""
+    s, g = records / records.sum(), inputs.heterogeneity
+    return c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
+
+
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               coalitions, c2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N)); with
@@ -468,8 +475,7 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     first, which, updates = runs_of(inputs, c)
     floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h,
                                     weights=inputs.floor_weights, updates=updates))
-    s, g = records / records.sum(), inputs.heterogeneity  # B_S = Σ_i (share_i^S − s_i)² g_i, expanded:
-    bias = c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
+    bias = coalition_bias(inputs, records, c)
     modes = mode_variances(inputs, c, first, which, updates)
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
     noise = noise_per_step(inputs, c) * (modes @ h) / scale
@@ -529,6 +535,12 @@ class LawForecast:
         free, noise = self.terms(epsilons, records, coalitions, self.c2)
         some = np.isfinite(free)
         return np.where(some, self.c0 * np.where(some, free, 0.0) + np.where(some, noise, 0.0), np.inf)
+
+    def bias(self, records: np.ndarray, coalitions) -> np.ndarray:
+        """B_S of every coalition (a (K, N) mask, all rows non-empty), before the multipliers: the part
+        of the noise-free term that the owners' draw of their deviations makes (:func:`coalition_bias`)."""
+        records = np.asarray(records, dtype=float)
+        return coalition_bias(self.inputs, records, coalitions_of(self.inputs, records, coalitions))
 
     def box_inputs(self, epsilons: np.ndarray, records: np.ndarray, masks: np.ndarray) -> tuple:
         """(spread, shared) of the coalitions ``masks`` (all non-empty) for the box's saturation:

@@ -486,3 +486,19 @@ def test_owners_alike_in_every_coalition_are_merged_without_changing_the_forecas
     per_owner = forecast.coalitions(eps, sizes, masks)
     assert merged == pytest.approx(per_owner, rel=1e-12)
     assert np.sum(merged > 0.1 * forecast.inputs.box) > 20  # the box's regime, where the spread matters
+
+
+def test_the_bias_term_is_the_closed_form_sum_over_shares(banks):
+    """B_S = Σ_i (share_i^S − s_i)² g_i: 0 for everyone; for one owner k, (1 − s_k)²g_k + Σ_{i≠k} s_i²g_i;
+    and within the noise-free term it is a part of (F + S ≥ 0)."""
+    _, forecast, prepared, _ = banks
+    sizes = prepared.consortium.sizes.astype(float)
+    s, g, n = sizes / sizes.sum(), forecast.inputs.heterogeneity, len(sizes)
+    masks = np.vstack([np.ones(n, bool), np.eye(n, dtype=bool)])
+    bias = forecast.bias(sizes, masks)
+    assert bias[0] == pytest.approx(0.0, abs=1e-12 * np.sum(g))
+    alone = (1 - s) ** 2 * g + (np.sum(s * s * g) - s * s * g)
+    np.testing.assert_allclose(bias[1:], alone, rtol=1e-9)
+    free, _ = forecast.terms(np.full(n, 1.0), sizes, masks)
+    assert np.all(free - bias >= -1e-12 * free)
+
