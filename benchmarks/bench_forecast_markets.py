@@ -74,6 +74,13 @@ of the fitted law on each draw's own public twin (its draw, not the expectation)
 information can tell which policies the owners' draw moves. 20 replications per draw unless
 ``--replications`` says.
 
+``--selection`` checks the law's selection term where nothing else is left: card-fraud owners under
+logistic loss (shift 0.1, 5,000 records each), every answer at ε = 10⁹, T = 3,000 and ρ "auto", so the
+floor has decayed and ψ is what the owners' differing gradients leave; N = 5, 10, 20, 40, 16 runs each,
+the law on the owners' own summary (an oracle, to judge the law and not the proxy). Per N: the
+simulated mean ψ, the law, and the law as it was (the kicks counted as noise draws, entering a copy
+once: it fell to half the simulated ψ at N = 40).
+
 ``--oracle J`` diagnoses market J of the design (``--design-seed`` chooses the design): per policy,
 the forecast against the simulated mean as above, then the same law on the owners' own summary
 instead of the public twin's (an oracle: it reads the owners' records, which no market decision
@@ -98,7 +105,7 @@ import argparse
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -346,6 +353,47 @@ def saturation() -> None:
               f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}; rms log ratio {rms:.3f}")
 
 
+def selection(replications: int = 16) -> None:
+    """``--selection``: the selection term against simulation without noise (module docstring)."""
+    from dpmarket.data.proxy import summarise
+    from dpmarket.learning.stepsize import floor_law
+    from dpmarket.markets import law
+    from dpmarket.runs.inline import train
+    from dpmarket.scenario.loading import validate
+
+    print(f"{'N':>3} {'rho':>6} {'simulated':>10} {'se':>8} {'floor':>9} {'law':>9} {'sim/law':>7} "
+          f"{'as noise':>9} {'sim/that':>8}")
+    for owners in (5, 10, 20, 40):
+        s = validate({"name": f"selection-{owners}", "seed": 1,
+                      "data": {"kind": "card_fraud", "owners": owners, "records": 5000, "features": 5,
+                               "shift": 0.1, "seed": 7},
+                      "model": {"loss": "logistic"}, "learner": {"iterations": 3000, "rho": "auto"},
+                      "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
+                                  "sensitivity": "bounds"},
+                      "output": {"metric_points": 2, "plots": False}}, "selection")
+        prepared = problem.prepare(s)
+        consortium, objective = prepared.consortium, prepared.objective
+        runs = [train(s.model_copy(update={"seed": 10 + k}), consortium, objective)
+                for k in range(replications)]
+        psi = np.array([r.training.metrics.psi[-1] for r in runs])
+        own = summarise("owners", objective, objective)  # the owners' own facts: the law, not the proxy
+        inputs = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
+        sizes, everyone = consortium.sizes.astype(float), np.ones((1, owners), bool)
+        free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
+        c = law.coalitions_of(inputs, sizes, everyone)
+        floor = float(floor_law(c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues,
+                                weights=inputs.floor_weights)[0])
+        original = law.selection_modes  # the form the law had before: kicks counted as noise draws
+        law.selection_modes = lambda owners_, eta, modes, h: modes
+        try:
+            as_noise = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
+        finally:
+            law.selection_modes = original
+        mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
+        print(f"{owners:>3} {runs[0].step.rho:>6.4g} {mean:>10.3g} {se:>8.2g} {floor:>9.3g} {free:>9.3g} "
+              f"{mean / free:>7.3f} {as_noise:>9.3g} {mean / as_noise:>8.3f}", flush=True)
+
+
 def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> None:
     """``--oracle J``: the law on the twin's summary against the owners' own (module docstring)."""
     from dpmarket.data.proxy import summarise
@@ -498,6 +546,8 @@ def main() -> None:
     parser.add_argument("--cause", action="store_true", help="only the bootstrap of the calibration's bias")
     parser.add_argument("--saturation", action="store_true",
                         help="only the box's saturation against a scalar Monte Carlo of the copies")
+    parser.add_argument("--selection", action="store_true",
+                        help="only the selection term against noise-free logistic coalitions")
     parser.add_argument("--oracle", type=int, default=None, metavar="J",
                         help="only market J: the law on the twin against the owners' own summary")
     parser.add_argument("--loss", choices=("squared", "logistic"), default="squared",
@@ -517,6 +567,9 @@ def main() -> None:
         return
     if args.saturation:
         saturation()
+        return
+    if args.selection:
+        selection(args.replications or 16)
         return
     markets = args.markets or (12 if args.quick else 16)
     replications = args.replications or (10 if args.quick else REPLICATIONS)

@@ -30,10 +30,16 @@ Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
   jitter)/(2f*);
 - **selection** S_S: without any noise the copy of owner i still moves along its own data term's
   gradient g_i(θ*), which differs from owner to owner. With owners drawn at random these are
-  zero-mean kicks Nη·share_i·g_i to the mean, accumulating and jittering θ_L exactly like the noise:
-  S_S = Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter)/(2f*), with Γ_ij = E(v_jᵀg_i)²
-  pooled from the proxy's owners like g_i. It is what remains of the noise-free ψ once the floor
-  has decayed (small owners, owners that differ).
+  zero-mean kicks Nη·share_i·g_i to the mean, which accumulate like the noise; but an owner's kick
+  is the same at each of its exchanges, so its copy sits at a persistent offset and θ_L takes half
+  of it whenever that owner is asked — a kick on θ_L itself, which jitters it by (N+1)² more (in
+  units of q) than a noise draw entering a copy, and which the copy's own pull a_j = (N+1)ηh_j
+  shrinks by 1 + a_j (``selection_modes``; the stationary second moments, solved exactly): S_S =
+  Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter + (N+1)²)/((1 + a_j)²·2f*), with Γ_ij =
+  E(v_jᵀg_i)² pooled from the proxy's owners like g_i. Counted as noise draws, S_S fell to half the
+  simulated noise-free ψ at N = 40. It is what remains of the noise-free ψ once the floor has
+  decayed (small owners, owners that differ) — most of ψ under logistic loss, whose answers carry
+  little noise.
 
 With an RDP or PLD accountant, or Gaussian answers (dpmarket/privacy/accounting.py), the noise is not b_i =
 2Ξm_i/(n_iε_i) but z(m_i, ε_i, δ_i)·2Ξ/n_i, z the multiplier that makes m_i answers compose to
@@ -465,6 +471,20 @@ def coalition_bias(inputs: LawInputs, records: np.ndarray, c: Coalitions) -> np.
     return c.bias[:, 0] / c.records**2 - 2.0 * c.bias[:, 1] / c.records + np.sum(s * s * g)
 
 
+def selection_modes(owners: np.ndarray, eta: np.ndarray, modes: np.ndarray, h: np.ndarray) -> np.ndarray:
+    """(K, p): what θ_L's selection kicks add up to per mode, in units of their q (module docstring).
+
+    A noise draw enters the asked copy once; an owner's gradient offset enters its copy at every
+    exchange, so the copy sits at a persistent offset 2k_i/(1 + a_j) (a_j = (N+1)ηh_j, the copy's own
+    pull) and θ_L takes half of it at each exchange with that owner: kicks of k_i/(1 + a_j) on θ_L
+    itself, not on a copy. Solving the stationary second moments of the copies and θ_L for uniform
+    selection, kicks on θ_L jitter it by exactly (N+1)² more (in units of q) than kicks on a copy, for
+    any pull (checked against a scalar Monte Carlo of Algorithm 1's copies in tests/markets/test_law.py,
+    and against noise-free logistic coalitions by ``benchmarks/bench_forecast_markets.py --selection``)."""
+    grown = (np.asarray(owners, dtype=float) + 1)[:, None]
+    return (modes + grown**2) / (1.0 + grown * np.asarray(eta, dtype=float)[:, None] * h[None, :]) ** 2
+
+
 def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
               coalitions, c2: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(F_S + B_S + S_S, V_S) of every non-empty coalition at ``epsilons`` ((N,) or (K, N)); with
@@ -485,7 +505,8 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
             spread = None if alike_copies(inputs, c) else copy_spread(inputs, c)
             noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread,
                               shared=shared_parts(c, modes, h))
-    return floor[which] + bias + ((kicks * modes) @ h) / scale, noise
+    selected = selection_modes(c.owners, c.eta, modes, h)
+    return floor[which] + bias + ((kicks * selected) @ h) / scale, noise
 
 
 @dataclass(frozen=True)
