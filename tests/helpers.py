@@ -261,3 +261,24 @@ def market_scenario(owners: list | None = None, **market) -> Scenario:
     that a price of 1 cannot buy ε_min = 0.5... almost."""
     specs = owners if owners is not None else [{}, {}, {"cost_coef": 10.0}]
     return tiny(market={**OFFERED_MARKET, **market}, owners=specs)
+
+
+def copies_chain(owners: int, pull: float, kicks, clip: bool = False, fixed: bool = False,
+                 replications: int = 4000, updates: int = 1000) -> tuple[np.ndarray, float]:
+    """Algorithm 1's copies on one coordinate (θmax = 1, θ* = 0): owners asked uniformly, each copy's
+    step pulled towards 0 by (N+1)·pull and kicked by owner i's ``kicks[i]`` (a scalar: every owner
+    alike) times fresh Laplace noise of unit variance — or, with ``fixed``, by ``kicks[i]`` itself at
+    every exchange (an owner's gradient at θ*) — and clipped to [−1, 1] with ``clip``. Returns θ_L²
+    per replication and E m², m the mean of the N + 1 copies."""
+    gen = np.random.default_rng(29)
+    kicks = np.broadcast_to(np.asarray(kicks, dtype=float), (owners,))
+    theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
+    for _ in range(updates):
+        i = gen.integers(0, owners, replications)
+        bar = 0.5 * (theta + copy[rows, i])
+        noise = 1.0 if fixed else gen.laplace(0.0, 1.0 / np.sqrt(2.0), replications)
+        step = bar - (owners + 1) * pull * bar + kicks[i] * noise
+        theta = bar
+        copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
+    mean = (theta + copy.sum(axis=1)) / (owners + 1)
+    return theta**2, float(np.mean(mean**2))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import copies_chain
 
 from dpmarket.markets.forecast import Forecast, calibrate, quasi_nnls, saturated
 
@@ -116,23 +117,6 @@ def test_a_shifted_clipped_copy_keeps_what_monte_carlo_says(shape):
                 assert abs(clipped_shifted(np.array(m), np.array(s), other)[1] - np.mean(x * x)) > 20 * se2
 
 
-def copies_chain(owners: int, pull: float, kick: float, clip: bool, replications: int = 4000,
-                 updates: int = 1000) -> tuple[np.ndarray, float]:
-    """Algorithm 1's copies on one coordinate (θmax = 1, θ* = 0): owners asked uniformly, each copy's
-    step pulled towards 0 and kicked by Laplace noise of standard deviation ``kick``, clipped to
-    [−1, 1] with ``clip``. Returns 3θ_L² per replication and 3·E m², m the copies' mean."""
-    gen = np.random.default_rng(29)
-    theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
-    for _ in range(updates):
-        i = gen.integers(0, owners, replications)
-        bar = 0.5 * (theta + copy[rows, i])
-        step = bar - (owners + 1) * pull * bar + gen.laplace(0.0, kick / np.sqrt(2.0), replications)
-        theta = bar
-        copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
-    mean = (theta + copy.sum(axis=1)) / (owners + 1)
-    return 3.0 * theta**2, float(3.0 * np.mean(mean**2))
-
-
 @pytest.mark.parametrize("owners, pull, kick", [(4, 0.005, 0.3), (6, 0.001, 0.1), (6, 0.001, 0.2),
                                                 (3, 0.002, 0.2)])
 def test_the_shared_mean_clipped_by_the_box_follows_the_copies(owners, pull, kick):
@@ -142,8 +126,8 @@ def test_the_shared_mean_clipped_by_the_box_follows_the_copies(owners, pull, kic
     before, the deliberately wrong input) forecast 16–29 % too little, beyond 5 standard errors."""
     from dpmarket.markets.forecast import saturated
 
-    unclipped, mean = copies_chain(owners, pull, kick, clip=False)
-    clipped, _ = copies_chain(owners, pull, kick, clip=True)
+    unclipped, mean = (3.0 * x for x in copies_chain(owners, pull, kick, clip=False))  # 3θ²: box's share
+    clipped = 3.0 * copies_chain(owners, pull, kick, clip=True)[0]
     u = unclipped.mean()  # 3·E θ_L² unclipped: the noise term over the box's spread (box 1, ψ(0) 0)
     spread = (np.full((1, owners), 1.0 / owners), np.ones((1, owners)))
     shared = (np.array([min(mean / u, 1.0)]), np.array([kick**2 / (u / 3.0)]), np.array([float(owners)]))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import ROOT, tiny
+from helpers import ROOT, copies_chain, tiny
 
 from dpmarket.cli import main
 from dpmarket.data import problem
@@ -503,22 +503,6 @@ def test_the_bias_term_is_the_closed_form_sum_over_shares(banks):
     assert np.all(free - bias >= -1e-12 * free)
 
 
-def selection_chain(owners: int, pull: float, kicks: np.ndarray, fixed: bool, replications: int = 4000,
-                    updates: int = 4000) -> np.ndarray:
-    """Algorithm 1's copies on one coordinate without a box (θ* = 0): owners asked uniformly, each copy's
-    step pulled towards 0 by (N+1)·pull and offset by its owner's kick — the same ``kicks[i]`` at every
-    exchange (``fixed``: an owner's gradient at θ*), or that times fresh unit-variance Laplace noise.
-    Returns θ_L² per replication after ``updates`` exchanges."""
-    gen = np.random.default_rng(29)
-    theta, copy, rows = np.zeros(replications), np.zeros((replications, owners)), np.arange(replications)
-    for _ in range(updates):
-        i = gen.integers(0, owners, replications)
-        bar = 0.5 * (theta + copy[rows, i])
-        noise = 1.0 if fixed else gen.laplace(0.0, 1.0 / np.sqrt(2.0), replications)
-        theta, copy[rows, i] = bar, bar - (owners + 1) * pull * bar + kicks[i] * noise
-    return theta**2
-
-
 @pytest.mark.parametrize("owners, pull", [(5, 0.003), (20, 0.002), (40, 0.001)])
 def test_selection_kicks_jitter_theta_l_as_the_closed_form_says(owners, pull):
     """An owner's gradient offset enters its copy at every exchange, not once like a noise draw: the
@@ -531,7 +515,8 @@ def test_selection_kicks_jitter_theta_l_as_the_closed_form_says(owners, pull):
     q = np.mean(kicks**2) / (owners + 1) ** 2  # what one exchange adds to the copies' mean, on average
     eta, h, n = np.array([pull]), np.array([1.0]), np.array([float(owners)])
     modes = law.mean_variance(eta, h, 4000) + law.jitter(n)[:, None]
-    fixed, noisy = selection_chain(owners, pull, kicks, True), selection_chain(owners, pull, kicks, False)
+    fixed = copies_chain(owners, pull, kicks, fixed=True, updates=4000)[0]
+    noisy = copies_chain(owners, pull, kicks, updates=4000)[0]
     se_fixed, se_noisy = (x.std(ddof=1) / np.sqrt(x.size) for x in (fixed, noisy))
     assert abs(q * law.selection_modes(n, eta, modes, h)[0, 0] - fixed.mean()) <= 5 * se_fixed
     assert abs(q * modes[0, 0] - noisy.mean()) <= 5 * se_noisy
