@@ -223,27 +223,25 @@ def measure(d: Design, replications: int, cache: Path) -> list[dict]:
                      "mean": mean, "se": float(psi.std(ddof=1) / np.sqrt(len(psi))),
                      "value": abs(min(o.psi_forecast, 1.0) - min(mean, 1.0)),
                      "ratio": mean / o.psi_forecast, "law": mean / law,
-                     "drawn": mean / with_exact_bias(forecast, prepared.objective, o),
+                     "drawn": mean / with_exact_bias(forecast, prepared.objective, o)[2],
                      "c0": getattr(forecast, "c0", float("nan")),
                      "c2": getattr(forecast, "c2", float("nan"))})
     return rows
 
 
-def with_exact_bias(forecast, objective, outcome) -> float:
-    """The forecast of ``outcome``'s coalition with the law's bias term B_S (its expectation over the
-    owners' draws of their deviations) replaced by the exact ψ(θ*_S) of the coalition's own optimum on
-    the owners' records — an oracle, which no market decision may read: what the forecast would be if
-    it knew how far this draw of the members lies from everyone's optimum (NaN for Theorem 2's form)."""
+def with_exact_bias(forecast, objective, outcome) -> tuple[float, float, float]:
+    """(ψ(θ*_S), B_S, the forecast with the one in place of the other) for ``outcome``'s coalition:
+    B_S is the law's bias term, its expectation over the owners' draws of their deviations; ψ(θ*_S)
+    the exact ψ of the coalition's own optimum θ*_S on the owners' records — an oracle, which no
+    market decision may read: what the forecast would be if it knew how far this draw of the members
+    lies from everyone's optimum (NaN for Theorem 2's form)."""
     if forecast.form != "law":
-        return float("nan")
-    bias = float(forecast.bias(objective.sizes, outcome.participates[None, :])[0])
-    return outcome.psi_forecast + forecast.c0 * (exact_bias(objective, outcome.participates) - bias)
-
-
-def exact_bias(objective, mask: np.ndarray) -> float:
-    """ψ(θ*_S) on everyone's records, θ*_S the optimum of the members' records alone (an oracle)."""
+        return (float("nan"),) * 3
+    mask = outcome.participates
     members = [int(i) for i in np.flatnonzero(mask)]
-    return 0.0 if len(members) == len(mask) else objective.psi(objective.minimize(owners=members))
+    exact = 0.0 if len(members) == len(mask) else objective.psi(objective.minimize(owners=members))
+    bias = float(forecast.bias(objective.sizes, mask[None, :])[0])
+    return exact, bias, outcome.psi_forecast + forecast.c0 * (exact - bias)
 
 
 ISSUE_MARKET = ['data.records={distribution="uniform",minimum=10000,maximum=100000}', "data.features=8",
@@ -414,7 +412,6 @@ def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> N
     print(f"   {'policy':<20} {'owners':>6} {'simulated':>10} {'sim/fcst':>8} {'oracle':>7} "
           f"{'oracle 1,1':>10} {'free: fcst':>10} {'oracle':>9} {'noise: fcst':>11} {'oracle':>9} "
           f"{'bias: law':>9} {'exact':>9} {'sim/exact':>9}")
-    objective = prepared.objective
     for r in c.results:
         o = r.outcome
         if not o.participates.any():
@@ -424,8 +421,7 @@ def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> N
         free_o, noise_o = LawForecast(own).terms(o.epsilon, sizes, mask)
         fitted = LawForecast(own, forecast.c0, forecast.c2).coalitions(o.epsilon, sizes, mask)[0]
         plain = LawForecast(own).coalitions(o.epsilon, sizes, mask)[0]
-        exact, bias = exact_bias(objective, o.participates), float(forecast.bias(sizes, mask)[0])
-        swapped = o.psi_forecast + forecast.c0 * (exact - bias)  # with_exact_bias, its parts printed
+        exact, bias, swapped = with_exact_bias(forecast, prepared.objective, o)
         mean = float(r.psi.mean())
         print(f"   {o.policy:<20} {int(o.participates.sum()):>6} {mean:>10.4g} {mean / o.psi_forecast:>8.3f} "
               f"{mean / fitted:>7.3f} {mean / plain:>10.3f} {free[0]:>10.3g} {free_o[0]:>9.3g} "
