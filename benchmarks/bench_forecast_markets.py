@@ -81,6 +81,12 @@ the law on the owners' own summary (an oracle, to judge the law and not the prox
 simulated mean ψ, the law, and the law as it was (the kicks counted as noise draws, entering a copy
 once: it fell to half the simulated ψ at N = 40).
 
+``--floor`` checks the floor's slowdown by unequal shares (dpmarket/learning/stepsize.py
+``floor_slowdown``) where the floor is all there is: card-fraud owners under logistic loss at
+ε = 10⁹ (no noise), no shift, T = 1,000, ρ "auto", one leader holding most of the records (and one
+market of equal owners); per market the simulated ψ (16 runs), the law's noise-free term, its floor,
+the floor at equal shares (the law before) and the ratios.
+
 ``--oracle J`` diagnoses market J of the design (``--design-seed`` chooses the design): per policy,
 the forecast against the simulated mean as above, then the same law on the owners' own summary
 instead of the public twin's (an oracle: it reads the owners' records, which no market decision
@@ -392,6 +398,47 @@ def selection(replications: int = 16) -> None:
               f"{mean / free:>7.3f} {as_noise:>9.3g} {mean / as_noise:>8.3f}", flush=True)
 
 
+def floor(replications: int = 16) -> None:
+    """``--floor``: the floor with a leader among the owners against simulation without noise."""
+    from dpmarket.data.proxy import summarise
+    from dpmarket.learning.stepsize import floor_law
+    from dpmarket.markets import law
+    from dpmarket.runs.inline import train
+    from dpmarket.scenario.loading import validate
+
+    print(f"{'N':>3} {'leader':>6} {'rho':>6} {'simulated':>10} {'se':>8} {'law':>9} {'sim/law':>7} "
+          f"{'floor':>9} {'equal':>9} {'sim/law at equal shares':>23}")
+    for owners, leader in ((6, 0.75), (12, 0.8), (19, 0.62), (12, None)):
+        others = 2_000
+        records = [others] * owners if leader is None else [
+            round(leader * others * (owners - 1) / (1 - leader))] + [others] * (owners - 1)
+        s = validate({"name": f"floor-{owners}", "seed": 1,
+                      "data": {"kind": "card_fraud", "owners": owners, "records": records, "features": 5,
+                               "shift": 0.0, "seed": 7},
+                      "model": {"loss": "logistic"}, "learner": {"iterations": 1000, "rho": "auto"},
+                      "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
+                                  "sensitivity": "bounds"},
+                      "output": {"metric_points": 2, "plots": False}}, "floor")
+        prepared = problem.prepare(s)
+        consortium, objective = prepared.consortium, prepared.objective
+        runs = [train(s.model_copy(update={"seed": 10 + k}), consortium, objective)
+                for k in range(replications)]
+        psi = np.array([r.training.metrics.psi[-1] for r in runs])
+        own = summarise("owners", objective, objective)  # the owners' own facts: the law, not the proxy
+        inputs = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
+        sizes, everyone = consortium.sizes.astype(float), np.ones((1, owners), bool)
+        free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
+        c = law.coalitions_of(inputs, sizes, everyone)
+        args = (c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues)
+        slowed = float(floor_law(*args, weights=inputs.floor_weights, shares=c.shares)[0])
+        equal = float(floor_law(*args, weights=inputs.floor_weights)[0])
+        mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
+        share = "equal" if leader is None else f"{leader:.0%}"
+        print(f"{owners:>3} {share:>6} {runs[0].step.rho:>6.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} "
+              f"{mean / free:>7.3f} {slowed:>9.3g} {equal:>9.3g} {mean / (free - slowed + equal):>23.3f}",
+              flush=True)
+
+
 def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> None:
     """``--oracle J``: the law on the twin's summary against the owners' own (module docstring)."""
     from dpmarket.data.proxy import summarise
@@ -544,6 +591,8 @@ def main() -> None:
                         help="only the box's saturation against a scalar Monte Carlo of the copies")
     parser.add_argument("--selection", action="store_true",
                         help="only the selection term against noise-free logistic coalitions")
+    parser.add_argument("--floor", action="store_true",
+                        help="only the floor's slowdown by a leader's share, against noise-free runs")
     parser.add_argument("--oracle", type=int, default=None, metavar="J",
                         help="only market J: the law on the twin against the owners' own summary")
     parser.add_argument("--loss", choices=("squared", "logistic"), default="squared",
@@ -566,6 +615,9 @@ def main() -> None:
         return
     if args.selection:
         selection(args.replications or 16)
+        return
+    if args.floor:
+        floor(args.replications or 16)
         return
     markets = args.markets or (12 if args.quick else 16)
     replications = args.replications or (10 if args.quick else REPLICATIONS)

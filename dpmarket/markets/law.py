@@ -7,8 +7,11 @@ N members with n records, share_i = n_i/n, clock-rate share π_i = λ_i/Σ_S λ,
 number, or ``auto_rho`` with S's largest share), m_i = ``answer_cap(split, T, π_i, cap_i, quantile)``,
 Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
 
-- **floor** F_S = ``floor_law(ρ_S, N, T, λ, h, w)``: the N+1 copies' mean is a gradient flow of
-  length ηT, which leaves Σ_j w_j exp(−2ηTh_j) of ψ(0) (h_j from the public proxy; w_j, which
+- **floor** F_S = ``floor_law(ρ_S, N, T, λ, h, w, shares)``: the N+1 copies' mean is a gradient flow
+  of length ηT, which leaves Σ_j w_j exp(−2ηTh_jκ_j) of ψ(0), κ_j ≤ 1 the slowdown of unequal shares
+  (a member with most of the records moves its own copy most of the way, and θ_L learns of it only
+  at their meetings: dpmarket/learning/stepsize.py ``floor_slowdown``, from the members' largest
+  share, Σ share² and Σ share³) (h_j from the public proxy; w_j, which
   θ*'s draw sets, in expectation over the populations a synthetic scenario's generator declares —
   one twin's θ* is another draw than the owners' — dpmarket/data/proxy.py ``population_weights``);
 - **bias** B_S = Σ_i (share_i^S − n_i/n_all)² g_i: a coalition converges to its own optimum θ*_S,
@@ -106,6 +109,9 @@ from dpmarket.privacy.mechanisms import answer_caps
 
 ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived quantity may reach
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
+FLOOR_ROWS = 256  # calls of at most this many coalitions look their floors up (coalition_floors)
+FLOOR_BLOCK = 4096  # coalitions whose floors are solved at once: (rows, p) temporaries of a few 100 kB
+FLOOR_CACHE = 200_000  # floors kept per law's inputs before the cache starts afresh
 
 
 @dataclass(frozen=True, eq=False)
@@ -158,6 +164,13 @@ class LawInputs:
     def rate_values(self) -> np.ndarray:
         """The distinct clock rates, ascending (owners of one rate share m in a coalition)."""
         return np.unique(self.clock_rates)
+
+    @cached_property
+    def floors(self) -> dict:
+        """Floors computed so far, by coalition (:func:`coalition_floors`): a market asks for the same
+        coalitions again and again, at other ε (price searches; the lab's misreports and splits
+        re-settle every policy), and a floor — a root per mode — does not depend on ε."""
+        return {}
 
 
 def coalition_rho(inputs: LawInputs, owners: np.ndarray, share_max: np.ndarray) -> np.ndarray:
@@ -242,6 +255,7 @@ class Coalitions:
     totals: np.ndarray  # Λ_S = Σ_S λ: the members' clock rates added up
     rho: np.ndarray  # ρ_S
     eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
+    shares: tuple  # (largest share, Σ_S share_i², Σ_S share_i³) of the members' records: what slows the floor
     bias: np.ndarray  # (K, 2): Σ_S n_i²g_i, Σ_S n_i s_i g_i
     kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ_ij
     noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
@@ -256,7 +270,8 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
     orders: dpmarket/markets/members.py) at ``epsilons`` ((N,) or (K, N); non-members' unused)."""
     members = as_members(coalitions)
     a, s, g = owner_weights(inputs), records / records.sum(), inputs.heterogeneity
-    columns = [np.ones_like(records), records, inputs.clock_rates, records**2 * g, records * s * g,
+    columns = [np.ones_like(records), records, inputs.clock_rates, records**2, records**3, records**2 * g,
+               records * s * g,
                (a * records**2)[:, None] * inputs.selection]
     inverse = None
     if epsilons is not None:
@@ -274,11 +289,13 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
     noise = None
     if inverse is not None:  # Σ_S a_i ε_i⁻² per cap group
         groups = len(inputs.rate_values) + 1
-        noise = (sums[:, 5 + p:5 + p + groups] if inverse.ndim == 1 else
+        noise = (sums[:, 7 + p:7 + p + groups] if inverse.ndim == 1 else
                  members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
-    rho = coalition_rho(inputs, owners, members.largest(records) / n)
+    share_max = members.largest(records) / n
+    rho = coalition_rho(inputs, owners, share_max)
     eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
-    return Coalitions(owners, n, totals, rho, eta, sums[:, 3:5], sums[:, 5:5 + p], noise, members,
+    return Coalitions(owners, n, totals, rho, eta, (share_max, sums[:, 3] / n**2, sums[:, 4] / n**3),
+                      sums[:, 5:7], sums[:, 7:7 + p], noise, members,
                       None if epsilons is None else np.asarray(epsilons, dtype=float), answers)
 
 
@@ -444,10 +461,11 @@ def distinct(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def runs_of(inputs: LawInputs, c: Coalitions) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """(first, which, updates): the coalitions whose floor and mean variance are computed (first)
-    and where each coalition finds its own (which), and U_S where caps end some run before T (else
-    None). Without caps, both depend on a coalition only through η_S (ρ_S/(N+1)), which takes few
-    values (one per size when ρ is set by the floor's decay): exponentials once per distinct η."""
+    """(first, which, updates): the coalitions whose mean variance is computed (first) and where
+    each coalition finds its own (which), and U_S where caps end some run before T (else None).
+    Without caps it depends on a coalition only through η_S (ρ_S/(N+1)), which takes few values
+    (one per size when ρ is set by the floor's decay): exponentials once per distinct η. (The floor
+    also depends on the members' shares: it is computed per coalition.)"""
     updates = coalition_updates(inputs, c)
     if updates is not None and np.any(updates < inputs.iterations):
         every = np.arange(len(c.eta))
@@ -462,6 +480,38 @@ def mode_variances(inputs: LawInputs, c: Coalitions, first: np.ndarray, which: n
     of q (module docstring), with :func:`runs_of`'s ``first``, ``which`` and ``updates``."""
     steps = inputs.iterations if updates is None else updates
     return mean_variance(c.eta[first], inputs.eigenvalues, steps)[which] + jitter(c.owners)[:, None]
+
+
+def coalition_floors(inputs: LawInputs, c: Coalitions, updates: np.ndarray | None) -> np.ndarray:
+    """F_S per coalition: the floor law at its ρ, N, U_S and members' shares — per coalition, not per
+    distinct η as the mean's variance, since unequal shares slow each coalition's floor differently
+    (``updates``, when given, is already per coalition).
+
+    Calls of up to FLOOR_ROWS coalitions (a policy's settlement, a price search) look each distinct
+    one up in ``inputs.floors`` and solve the others together; larger calls (every subset of some
+    players, sampled orders) are solved as they come, FLOOR_BLOCK at a time. Either way each floor is
+    the same number, bit for bit (``stepsize.floor_slowdown``).
+    """
+    keys = np.column_stack([c.rho, c.owners, *c.shares, np.zeros_like(c.rho) if updates is None else updates])
+    if len(keys) > FLOOR_ROWS:  # in blocks whose (rows, p) temporaries stay in cache
+        return np.concatenate([_floors(inputs, keys[k:k + FLOOR_BLOCK])
+                               for k in range(0, len(keys), FLOOR_BLOCK)])
+    cache = inputs.floors
+    names = [row.tobytes() for row in keys]
+    missing = {name: k for k, name in enumerate(names) if name not in cache}  # first row of each
+    if missing:
+        if len(cache) > FLOOR_CACHE:  # a bound on memory: start afresh
+            cache.clear()
+        cache.update(zip(missing, _floors(inputs, keys[list(missing.values())]), strict=True))
+    return np.array([cache[name] for name in names])
+
+
+def _floors(inputs: LawInputs, keys: np.ndarray) -> np.ndarray:
+    """The floor law at each row (ρ, N, largest share, Σ s², Σ s³, U_S or 0 for T) of ``keys``."""
+    updates = None if not np.any(keys[:, 5]) else keys[:, 5]
+    return np.atleast_1d(floor_law(keys[:, 0], keys[:, 1], inputs.iterations, inputs.lam,
+                                   inputs.eigenvalues, weights=inputs.floor_weights, updates=updates,
+                                   shares=(keys[:, 2], keys[:, 3], keys[:, 4])))
 
 
 def coalition_bias(inputs: LawInputs, records: np.ndarray, c: Coalitions) -> np.ndarray:
@@ -491,10 +541,9 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
     ``c2``, the noise term is c₂·V_S as the box saturates it (forecast.saturated, copy by copy)."""
     records = np.asarray(records, dtype=float)
     c = coalitions_of(inputs, records, coalitions, epsilons)
-    h, T, scale = inputs.eigenvalues, inputs.iterations, 2.0 * inputs.f_star
+    h, scale = inputs.eigenvalues, 2.0 * inputs.f_star
     first, which, updates = runs_of(inputs, c)
-    floor = np.atleast_1d(floor_law(c.rho[first], c.owners[first], T, inputs.lam, h,
-                                    weights=inputs.floor_weights, updates=updates))
+    floor = coalition_floors(inputs, c, updates)
     bias = coalition_bias(inputs, records, c)
     modes = mode_variances(inputs, c, first, which, updates)
     kicks = ((c.owners * c.eta) ** 2 * clock_factor(inputs, c) / c.records**2)[:, None] * c.kicks
@@ -506,7 +555,7 @@ def law_terms(inputs: LawInputs, epsilons: np.ndarray, records: np.ndarray,
             noise = saturated(noise, inputs.box, inputs.box_zero, inputs.noise_shape, spread,
                               shared=shared_parts(c, modes, h))
     selected = selection_modes(c.owners, c.eta, modes, h)
-    return floor[which] + bias + ((kicks * selected) @ h) / scale, noise
+    return floor + bias + ((kicks * selected) @ h) / scale, noise
 
 
 @dataclass(frozen=True)

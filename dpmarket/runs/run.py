@@ -21,7 +21,7 @@ from dpmarket.data.problem import Prepared, prepare
 from dpmarket.learning import kernels
 from dpmarket.learning.learner import AsyncLearner
 from dpmarket.learning.objective import Objective
-from dpmarket.learning.stepsize import StepSize, floor_law
+from dpmarket.learning.stepsize import StepSize, floor_law, share_moments
 from dpmarket.privacy.owners import DataOwner
 from dpmarket.runs.inline import train
 from dpmarket.runs.replications import batched, record_reads, scheduled_run
@@ -83,7 +83,7 @@ class RunResult:
         allowed = sum(o.answers_allowed for o in self.owners)
         updates = np.array(float(allowed)) if allowed < lr.iterations else None
         return floor_law(self.step.rho, len(self.owners), lr.iterations, self.objective.lam, h, weights=w,
-                         updates=updates)
+                         updates=updates, shares=share_moments([o.data.n for o in self.owners]))
 
     @cached_property
     def clipped_share(self) -> float | None:
