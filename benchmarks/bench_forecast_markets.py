@@ -357,32 +357,41 @@ def saturation() -> None:
               f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}; rms log ratio {rms:.3f}")
 
 
-def selection(replications: int = 16) -> None:
-    """``--selection``: the selection term against simulation without noise (module docstring)."""
+def noise_free(name: str, owners: int, records, shift: float, iterations: int, replications: int) -> tuple:
+    """(final ψ of each run, ρ, the law's inputs on the owners' own summary — an oracle, to judge the
+    law and not the proxy — and the owners' sizes) of ``owners`` card-fraud owners holding ``records``
+    (each, or a list) under logistic loss, every answer at ε = 10⁹ (no noise), ρ "auto", runs on seeds
+    10, 11, … (``--selection`` and ``--floor``)."""
     from dpmarket.data.proxy import summarise
-    from dpmarket.learning.stepsize import floor_law
-    from dpmarket.markets import law
     from dpmarket.runs.inline import train
     from dpmarket.scenario.loading import validate
+
+    s = validate({"name": name, "seed": 1,
+                  "data": {"kind": "card_fraud", "owners": owners, "records": records, "features": 5,
+                           "shift": shift, "seed": 7},
+                  "model": {"loss": "logistic"}, "learner": {"iterations": iterations, "rho": "auto"},
+                  "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
+                              "sensitivity": "bounds"},
+                  "output": {"metric_points": 2, "plots": False}}, name)
+    prepared = problem.prepare(s)
+    consortium, objective = prepared.consortium, prepared.objective
+    runs = [train(s.model_copy(update={"seed": 10 + k}), consortium, objective) for k in range(replications)]
+    psi = np.array([r.training.metrics.psi[-1] for r in runs])
+    own = summarise("owners", objective, objective)
+    inputs = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
+    return psi, runs[0].step.rho, inputs, consortium.sizes.astype(float)
+
+
+def selection(replications: int = 16) -> None:
+    """``--selection``: the selection term against simulation without noise (module docstring)."""
+    from dpmarket.learning.stepsize import floor_law
+    from dpmarket.markets import law
 
     print(f"{'N':>3} {'rho':>6} {'simulated':>10} {'se':>8} {'floor':>9} {'law':>9} {'sim/law':>7} "
           f"{'as noise':>9} {'sim/that':>8}")
     for owners in (5, 10, 20, 40):
-        s = validate({"name": f"selection-{owners}", "seed": 1,
-                      "data": {"kind": "card_fraud", "owners": owners, "records": 5000, "features": 5,
-                               "shift": 0.1, "seed": 7},
-                      "model": {"loss": "logistic"}, "learner": {"iterations": 3000, "rho": "auto"},
-                      "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
-                                  "sensitivity": "bounds"},
-                      "output": {"metric_points": 2, "plots": False}}, "selection")
-        prepared = problem.prepare(s)
-        consortium, objective = prepared.consortium, prepared.objective
-        runs = [train(s.model_copy(update={"seed": 10 + k}), consortium, objective)
-                for k in range(replications)]
-        psi = np.array([r.training.metrics.psi[-1] for r in runs])
-        own = summarise("owners", objective, objective)  # the owners' own facts: the law, not the proxy
-        inputs = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
-        sizes, everyone = consortium.sizes.astype(float), np.ones((1, owners), bool)
+        psi, rho, inputs, sizes = noise_free(f"selection-{owners}", owners, 5000, 0.1, 3000, replications)
+        everyone = np.ones((1, owners), bool)
         free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
         c = law.coalitions_of(inputs, sizes, everyone)
         floor = float(floor_law(c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues,
@@ -394,17 +403,14 @@ def selection(replications: int = 16) -> None:
         finally:
             law.selection_modes = original
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
-        print(f"{owners:>3} {runs[0].step.rho:>6.4g} {mean:>10.3g} {se:>8.2g} {floor:>9.3g} {free:>9.3g} "
+        print(f"{owners:>3} {rho:>6.4g} {mean:>10.3g} {se:>8.2g} {floor:>9.3g} {free:>9.3g} "
               f"{mean / free:>7.3f} {as_noise:>9.3g} {mean / as_noise:>8.3f}", flush=True)
 
 
 def floor(replications: int = 16) -> None:
     """``--floor``: the floor with a leader among the owners against simulation without noise."""
-    from dpmarket.data.proxy import summarise
     from dpmarket.learning.stepsize import floor_law
     from dpmarket.markets import law
-    from dpmarket.runs.inline import train
-    from dpmarket.scenario.loading import validate
 
     print(f"{'N':>3} {'leader':>6} {'rho':>6} {'simulated':>10} {'se':>8} {'law':>9} {'sim/law':>7} "
           f"{'floor':>9} {'equal':>9} {'sim/law at equal shares':>23}")
@@ -412,21 +418,8 @@ def floor(replications: int = 16) -> None:
         others = 2_000
         records = [others] * owners if leader is None else [
             round(leader * others * (owners - 1) / (1 - leader))] + [others] * (owners - 1)
-        s = validate({"name": f"floor-{owners}", "seed": 1,
-                      "data": {"kind": "card_fraud", "owners": owners, "records": records, "features": 5,
-                               "shift": 0.0, "seed": 7},
-                      "model": {"loss": "logistic"}, "learner": {"iterations": 1000, "rho": "auto"},
-                      "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
-                                  "sensitivity": "bounds"},
-                      "output": {"metric_points": 2, "plots": False}}, "floor")
-        prepared = problem.prepare(s)
-        consortium, objective = prepared.consortium, prepared.objective
-        runs = [train(s.model_copy(update={"seed": 10 + k}), consortium, objective)
-                for k in range(replications)]
-        psi = np.array([r.training.metrics.psi[-1] for r in runs])
-        own = summarise("owners", objective, objective)  # the owners' own facts: the law, not the proxy
-        inputs = replace(build_inputs(s, consortium, own), rho=runs[0].step.rho)
-        sizes, everyone = consortium.sizes.astype(float), np.ones((1, owners), bool)
+        psi, rho, inputs, sizes = noise_free(f"floor-{owners}", owners, records, 0.0, 1000, replications)
+        everyone = np.ones((1, owners), bool)
         free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
         c = law.coalitions_of(inputs, sizes, everyone)
         args = (c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues)
@@ -434,7 +427,7 @@ def floor(replications: int = 16) -> None:
         equal = float(floor_law(*args, weights=inputs.floor_weights)[0])
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         share = "equal" if leader is None else f"{leader:.0%}"
-        print(f"{owners:>3} {share:>6} {runs[0].step.rho:>6.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} "
+        print(f"{owners:>3} {share:>6} {rho:>6.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} "
               f"{mean / free:>7.3f} {slowed:>9.3g} {equal:>9.3g} {mean / (free - slowed + equal):>23.3f}",
               flush=True)
 
