@@ -101,8 +101,13 @@ def _run_pool(tasks: list[Task], on_done: OnDone, workers: int) -> None:
     cancelled and the running ones finish and are saved before the interrupt goes on."""
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(os.getpid(),),
                                mp_context=_context())
-    futures = {pool.submit(run_task, t): t for t in tasks}
+    futures: dict[Future, Task] = {}
     try:
+        # The first submit forks the workers; a Ctrl-C raised inside Python's at-fork handlers is
+        # swallowed ("Exception ignored in _releaseLock", and the command ran to its end with status
+        # 0: seen once under load in tests/integration/test_faults.py), so it waits for the block's end.
+        with processes.held():
+            futures.update({pool.submit(run_task, t): t for t in tasks})
         _drain(futures, on_done)
     except KeyboardInterrupt:
         pool.shutdown(wait=True, cancel_futures=True)
