@@ -127,7 +127,7 @@ def floor_slowdown(owners, eta, lam: float, eigenvalues: np.ndarray, shares: tup
     u = np.broadcast_to(u, shape).copy()
     solve = np.ones(shape, bool)
     if exponent is not None:
-        lowest = np.where(u0 > 0, u / np.where(u0 > 0, u0, 1.0), 1.0)
+        lowest = _slowdown(u, u0)
         bound = np.asarray(weights) * np.exp(-np.reshape(exponent, shape) * lowest)
         solve = bound > 1e-17 * np.sum(weights)
     if solve.all():  # the floor matters in every mode: no gathering
@@ -136,6 +136,11 @@ def floor_slowdown(owners, eta, lam: float, eigenvalues: np.ndarray, shares: tup
         at = np.nonzero(solve)
         pick = [np.broadcast_to(x, shape)[at] for x in (N, u0, *nodes, *weights_k[1:])]
         u[at] = _secular_root(pick[0], pick[1], pick[2:5], (1.0, *pick[5:]))
+    return _slowdown(u, u0)
+
+
+def _slowdown(u, u0):
+    """κ = u/u⁰, and 1 where u⁰ = 0 (a mode nothing moves: no flow to slow)."""
     return np.where(u0 > 0, u / np.where(u0 > 0, u0, 1.0), 1.0)
 
 
