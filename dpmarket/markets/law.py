@@ -111,7 +111,7 @@ ROOM = 1e300  # as dpmarket/data/magnitudes.py: the largest magnitude a derived 
 CHUNK = 2048  # coalitions evaluated at once: bounds the (K, N) and (K, p) temporaries
 FLOOR_ROWS = 256  # calls of at most this many coalitions look their floors up (coalition_floors)
 FLOOR_BLOCK = 4096  # coalitions whose floors are solved at once: (rows, p) temporaries of a few 100 kB
-FLOOR_CACHE = 200_000  # floors kept per law's inputs before the cache starts afresh
+FLOOR_CACHE = 200_000  # floors kept per law's inputs (each cache) before it starts afresh
 
 
 @dataclass(frozen=True, eq=False)
@@ -170,6 +170,13 @@ class LawInputs:
         """Floors computed so far, by coalition (:func:`coalition_floors`): a market asks for the same
         coalitions again and again, at other ε (price searches; the lab's misreports and splits
         re-settle every policy), and a floor — a root per mode — does not depend on ε."""
+        return {}
+
+    @cached_property
+    def floor_blocks(self) -> dict:
+        """Floors of large calls computed so far, by block of coalitions (:func:`coalition_floors`):
+        the lab asks for the same subsets again at each policy's ε (Shapley values, the welfare
+        search, a procurement's misreports)."""
         return {}
 
 
@@ -489,12 +496,12 @@ def coalition_floors(inputs: LawInputs, c: Coalitions, updates: np.ndarray | Non
 
     Calls of up to FLOOR_ROWS coalitions (a policy's settlement, a price search) look each distinct
     one up in ``inputs.floors`` and solve the others together; larger calls (every subset of some
-    players, sampled orders) are solved as they come, FLOOR_BLOCK at a time. Either way each floor is
-    the same number, bit for bit (``stepsize.floor_slowdown``).
+    players, sampled orders) look up FLOOR_BLOCK of them at a time, whole, in ``inputs.floor_blocks``.
+    Either way each floor is the same number, bit for bit (``stepsize.floor_slowdown``).
     """
     keys = np.column_stack([c.rho, c.owners, *c.shares, np.zeros_like(c.rho) if updates is None else updates])
     if len(keys) > FLOOR_ROWS:  # in blocks whose (rows, p) temporaries stay in cache
-        return np.concatenate([_floors(inputs, keys[k:k + FLOOR_BLOCK])
+        return np.concatenate([_block_floors(inputs, keys[k:k + FLOOR_BLOCK])
                                for k in range(0, len(keys), FLOOR_BLOCK)])
     cache = inputs.floors
     names = [row.tobytes() for row in keys]
@@ -504,6 +511,16 @@ def coalition_floors(inputs: LawInputs, c: Coalitions, updates: np.ndarray | Non
             cache.clear()
         cache.update(zip(missing, _floors(inputs, keys[list(missing.values())]), strict=True))
     return np.array([cache[name] for name in names])
+
+
+def _block_floors(inputs: LawInputs, keys: np.ndarray) -> np.ndarray:
+    """The floors of one block of a large call, from ``inputs.floor_blocks`` when it was asked before."""
+    cache, name = inputs.floor_blocks, keys.tobytes()
+    if name not in cache:
+        if len(keys) + sum(len(floors) for floors in cache.values()) > FLOOR_CACHE:  # a bound on memory
+            cache.clear()
+        cache[name] = _floors(inputs, keys)
+    return cache[name]
 
 
 def _floors(inputs: LawInputs, keys: np.ndarray) -> np.ndarray:

@@ -470,6 +470,26 @@ def test_every_subset_of_players_is_forecast_like_its_mask(banks, monkeypatch):
     assert np.isinf(by_subset[0]) and by_subset[1:] == pytest.approx(by_mask[1:], rel=1e-12)
 
 
+def test_the_floors_of_a_large_call_asked_again_are_looked_up_bit_for_bit(banks, monkeypatch):
+    """The lab asks for the same subsets at each policy's ε: their floors (independent of ε) are solved
+    once per block of the call, and the forecast is the same bits as from a cold cache."""
+    from dpmarket.markets.members import Subsets
+
+    _, forecast, prepared, _ = banks
+    monkeypatch.setattr(law, "FLOOR_BLOCK", 100)
+    solved = []
+    floors = law._floors
+    monkeypatch.setattr(law, "_floors", lambda inputs, keys: solved.append(len(keys)) or floors(inputs, keys))
+    sizes, subsets = prepared.consortium.sizes, Subsets(np.arange(9), 10)  # 511 coalitions: 6 blocks
+    cold = replace(forecast, inputs=replace(forecast.inputs))  # inputs with empty caches
+    first = cold.coalitions(np.linspace(2.0, 30.0, 10), sizes, subsets)
+    assert solved == [100] * 5 + [11]
+    again = cold.coalitions(np.linspace(5.0, 9.0, 10), sizes, subsets)  # other ε, the same coalitions
+    assert len(solved) == 6 and np.all(np.isfinite(again[1:])) and not np.array_equal(first, again)
+    fresh = replace(forecast, inputs=replace(forecast.inputs))
+    assert np.array_equal(fresh.coalitions(np.linspace(5.0, 9.0, 10), sizes, subsets), again, equal_nan=True)
+
+
 def test_owners_alike_in_every_coalition_are_merged_without_changing_the_forecast(banks, monkeypatch):
     """Owners of one ε (and clock rate, cap, δ) have one copy spread in every coalition, so the box's
     saturation merges them into one column: the same ψ̂ (to 10⁻¹²) as one column per owner, over
