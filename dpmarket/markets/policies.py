@@ -48,20 +48,20 @@ def _finish(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, *,
                    learner_value(m.value, psi), price, np.asarray(s.cost.coef, dtype=float))
 
 
-def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | None,
-            start: np.ndarray | None = None) -> np.ndarray:
-    """Accept willing owners, most records per unit of payment first, while the budget lasts."""
-    members = np.zeros(s.count, bool) if start is None else start.copy()
+def _ration(s: Sellers, pay: np.ndarray, willing: np.ndarray, budget: float | None) -> np.ndarray:
+    """Accept willing owners, most records per unit of payment first, while the budget lasts; one
+    offer per row of ``pay`` and ``willing`` ((N,) or (P, N): a Stackelberg learner's prices)."""
     if budget is None:
-        return members | willing
-    left = budget - (float(np.sum(pay[members])) if start is not None else 0.0)
-    order = np.argsort(-s.records / np.maximum(pay, 1e-300), kind="stable").tolist()
-    # Python lists: this greedy pass runs for every price a Stackelberg learner tries
-    taken, offers, pays = members.tolist(), willing.tolist(), pay.tolist()
-    for i in order:
-        if offers[i] and not taken[i] and pays[i] <= left:
-            taken[i], left = True, left - pays[i]
-    return np.array(taken, dtype=bool)
+        return np.array(willing, dtype=bool)
+    pays, offers = np.atleast_2d(pay), np.atleast_2d(willing)
+    order = np.argsort(-s.records / np.maximum(pays, 1e-300), axis=1, kind="stable")
+    rows, taken, left = np.arange(len(pays)), np.zeros(pays.shape, bool), np.full(len(pays), float(budget))
+    for k in range(pays.shape[1]):  # the greedy pass, every row's k-th owner in its order at once
+        i = order[:, k]
+        cost = pays[rows, i]
+        taken[rows, i] = offers[rows, i] & (cost <= left)
+        left = np.where(taken[rows, i], left - cost, left)
+    return taken.reshape(np.shape(willing))
 
 
 def _individual_offers(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.ndarray,
@@ -77,11 +77,15 @@ def _individual_offers(name: str, s: Sellers, f: Forecaster, m: Market, eps: np.
 
 
 def _takers(s: Sellers, f: Forecaster, m: Market, eps: np.ndarray, pay: np.ndarray) -> np.ndarray:
-    """Who takes individual offers (ε_i, pay_i): see :func:`_individual_offers`."""
+    """Who takes individual offers (ε_i, pay_i): see :func:`_individual_offers`; one set of offers
+    per row of ``eps`` and ``pay`` ((N,) or (P, N))."""
     money = pay - s.cost(eps)
     members = _ration(s, pay, money >= 0, m.budget)
     if s.model_value > 0:
-        members = _join_for_model(s, f, m, eps, pay, money=money, members=members)
+        rows = (np.atleast_2d(x) for x in (eps, pay, money, members))
+        joined = [_join_for_model(s, f, m, e, p, money=mo, members=mem)
+                  for e, p, mo, mem in zip(*rows, strict=True)]
+        members = np.reshape(joined, members.shape)
     return members
 
 
@@ -112,12 +116,13 @@ def posted_price(s: Sellers, f: Forecaster, m: Market, price: float | None = Non
     return _individual_offers("posted_price", s, f, m, eps, pay=pay, price=p)
 
 
-def _posted_offers(s: Sellers, price: float) -> tuple[np.ndarray, np.ndarray]:
-    """Every owner's best-response ε at ``price`` per unit ε, and what it would be paid."""
-    eps = np.asarray(s.cost.best_response(price, s.eps_min, s.eps_max), dtype=float)
-    if eps.shape != (s.count,):  # one cost coefficient for everyone: one ε for everyone
-        eps = np.full(s.count, float(eps))
-    return eps, price * eps
+def _posted_offers(s: Sellers, price: float | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every owner's best-response ε at ``price`` per unit ε, and what it would be paid: (N,) each,
+    or (P, N) for an array of P prices."""
+    p = np.asarray(price, dtype=float)[..., None]
+    eps = np.asarray(s.cost.best_response(p, s.eps_min, s.eps_max), dtype=float)
+    eps = np.array(np.broadcast_to(eps, p.shape[:-1] + (s.count,)))  # one cost coefficient: one ε for all
+    return eps, p * eps
 
 
 def record_price(s: Sellers, f: Forecaster, m: Market) -> Outcome:
@@ -164,7 +169,11 @@ def budget_epsilons(s: Sellers, masks: np.ndarray, budget: float,
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         over = spend(np.exp(mid))[1] > budget
-        hi, lo = np.where(over, mid, hi), np.where(over, lo, mid)
+        hi, lo, before = np.where(over, mid, hi), np.where(over, lo, mid), (lo, hi)
+        # lo and hi a float apart in every row: the next steps change nothing (the state is a fixed
+        # point), so stopping here gives the bits 100 steps would — in about 60
+        if np.array_equal(lo, before[0]) and np.array_equal(hi, before[1]):
+            break
     eps, _ = spend(np.exp(lo))  # lo: the largest t found whose spend is within the budget
     feasible = np.where(masks, s.cost(np.full(s.count, s.eps_min)), 0.0).sum(axis=1) <= budget
     return eps, feasible
@@ -213,11 +222,10 @@ def stackelberg(s: Sellers, f: Forecaster, m: Market) -> Outcome:
     def surpluses(prices: np.ndarray) -> np.ndarray:
         """posted_price(s, f, m, price=p).surplus for each p, without building whole outcomes; the
         forecast is asked once for all the prices' coalitions."""
-        offers = [_posted_offers(s, float(p)) for p in prices]
-        eps = np.array([e for e, _ in offers])
-        members = np.array([_takers(s, f, m, e, pay) for e, pay in offers])  # rationed within any budget
+        eps, pay = _posted_offers(s, prices)
+        members = _takers(s, f, m, eps, pay)  # rationed within any budget
         psi = f.coalitions(eps, s.records, members)
-        spend = np.where(members, np.array([pay for _, pay in offers]), 0.0).sum(axis=1)
+        spend = np.where(members, pay, 0.0).sum(axis=1)
         return m.value * np.maximum(0.0, 1.0 - psi) - spend
 
     lo = float(np.min(s.cost.marginal(np.full(s.count, s.eps_min)))) / 4

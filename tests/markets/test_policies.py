@@ -165,6 +165,31 @@ def test_stackelberg_beats_every_price_on_a_grid_when_there_is_no_closed_form():
         assert pm.stackelberg(s, f, m).surplus >= best - 1e-9 * abs(best)
 
 
+def takers_one_price_at_a_time(s, f, m, prices):
+    """The Stackelberg learner's takers as posted_price finds them, one price after another."""
+    return np.array([pm.posted_price(s, f, m, price=float(p)).participates for p in prices])
+
+
+def test_the_learners_batched_prices_find_the_takers_of_each_price_alone():
+    """stackelberg asks for all its prices' offers and takers at once (each row rationed greedily within
+    the budget, model values joined row by row): the same owners, bit for bit, as one price at a time."""
+    prices = np.geomspace(1e-2, 1e2, 60)
+    for s, f, m in random_instances():
+        eps, pay = pm._posted_offers(s, prices)
+        assert np.array_equal(eps[7], pm._posted_offers(s, float(prices[7]))[0])
+        members = pm._takers(s, f, m, eps, pay)
+        assert np.array_equal(members, takers_one_price_at_a_time(s, f, m, prices))
+
+
+def test_a_greedy_pass_that_ignores_the_budget_fails_the_batched_check(monkeypatch):
+    """The paired wrong input: a rationing step that takes every willing owner whatever is left."""
+    s, f, m = next(itertools.islice(random_instances(), 2, None))
+    prices = np.geomspace(1e-2, 1e2, 60)
+    alone = takers_one_price_at_a_time(s, f, m, prices)
+    monkeypatch.setattr(pm, "_ration", lambda s, pay, willing, budget: np.array(willing, dtype=bool))
+    assert not np.array_equal(pm._takers(s, f, m, *pm._posted_offers(s, prices)), alone)
+
+
 @pytest.mark.parametrize("policy", ["posted_price", "record_price", "take_it_or_leave_it", "procurement",
                                     "stackelberg", "auction", "marginal"])
 def test_budget_is_never_exceeded_and_nobody_loses(policy):
