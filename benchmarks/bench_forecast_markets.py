@@ -85,7 +85,8 @@ once: it fell to half the simulated ψ at N = 40).
 ``floor_slowdown``) where the floor is all there is: card-fraud owners under logistic loss at
 ε = 10⁹ (no noise), no shift, T = 1,000, ρ "auto", one leader holding most of the records (and one
 market of equal owners); per market the simulated ψ (16 runs), the law's noise-free term, its floor,
-the floor at equal shares (the law before) and the ratios.
+the floor at equal shares (the law before) and the ratios. Then the equal owners at T = 500, 2,000
+and 6,000, where ψ is the selection term alone.
 
 ``--oracle J`` diagnoses market J of the design (``--design-seed`` chooses the design): per policy,
 the forecast against the simulated mean as above, then the same law on the owners' own summary
@@ -430,6 +431,15 @@ def floor(replications: int = 16) -> None:
         print(f"{owners:>3} {share:>6} {rho:>6.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} "
               f"{mean / free:>7.3f} {slowed:>9.3g} {equal:>9.3g} {mean / (free - slowed + equal):>23.3f}",
               flush=True)
+    # The equal owners' ψ is almost all selection term: the same market at other horizons says whether
+    # its row is the term's error or the runs' heavy tail (16 runs of a ψ whose sd is about its mean).
+    print(f"12 equal owners at other horizons (T; the floor is gone in each):\n{'T':>6} {'simulated':>10} "
+          f"{'se':>8} {'law':>9} {'sim/law':>7}")
+    for iterations in (500, 2000, 6000):
+        psi, rho, inputs, sizes = noise_free("floor-12", 12, [2_000] * 12, 0.0, iterations, replications)
+        free = float(LawForecast(inputs).terms(np.full(12, 1e9), sizes, np.ones((1, 12), bool))[0][0])
+        mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
+        print(f"{iterations:>6} {mean:>10.3g} {se:>8.2g} {free:>9.3g} {mean / free:>7.3f}", flush=True)
 
 
 def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> None:
