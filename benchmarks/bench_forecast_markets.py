@@ -358,19 +358,23 @@ def saturation() -> None:
               f"{int(np.sum(np.maximum(v, 1 / v) <= 1.25))} of {len(v)}; rms log ratio {rms:.3f}")
 
 
-def noise_free(name: str, owners: int, records, shift: float, iterations: int, replications: int) -> tuple:
+def noise_free(name: str, owners: int, records, shift: float, iterations: int, replications: int,
+               *, squared: bool = False, decay: float = 5.0) -> tuple:
     """(final ψ of each run, ρ, the law's inputs on the owners' own summary — an oracle, to judge the
     law and not the proxy — and the owners' sizes) of ``owners`` card-fraud owners holding ``records``
-    (each, or a list) under logistic loss, every answer at ε = 10⁹ (no noise), ρ "auto", runs on seeds
-    10, 11, … (``--selection`` and ``--floor``)."""
+    (each, or a list) under logistic loss (``squared``: interest-rate owners under squared loss), every
+    answer at ε = 10⁹ (no noise), ρ "auto" with ``decay``, runs on seeds 10, 11, … (``--selection`` and
+    ``--floor``)."""
     from dpmarket.data.proxy import summarise
     from dpmarket.runs.inline import train
     from dpmarket.scenario.loading import validate
 
+    data = {"kind": "interest_rate" if squared else "card_fraud"}
     s = validate({"name": name, "seed": 1,
-                  "data": {"kind": "card_fraud", "owners": owners, "records": records, "features": 5,
-                           "shift": shift, "seed": 7},
-                  "model": {"loss": "logistic"}, "learner": {"iterations": iterations, "rho": "auto"},
+                  "data": {**data, "owners": owners, "records": records, "features": 5, "shift": shift,
+                           "seed": 7},
+                  "model": {"loss": "squared" if squared else "logistic"},
+                  "learner": {"iterations": iterations, "rho": "auto", "auto_decay": decay},
                   "privacy": {"epsilon": 1e9, "split": "capped", "cap_quantile": 0.999,
                               "sensitivity": "bounds"},
                   "output": {"metric_points": 2, "plots": False}}, name)
@@ -440,6 +444,26 @@ def floor(replications: int = 16) -> None:
         free = float(LawForecast(inputs).terms(np.full(12, 1e9), sizes, np.ones((1, 12), bool))[0][0])
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         print(f"{iterations:>6} {mean:>10.3g} {se:>8.2g} {free:>9.3g} {mean / free:>7.3f}", flush=True)
+    # Long steps: squared-loss owners with a leader of 75 %, ρ "auto" with a larger decay, so the floor
+    # is gone and the copies' pulls are large. The kicks at the coalition's optimum (the law) against
+    # each member's own deviation (the law before): where each is right.
+    print("6 squared-loss owners, leader 75 %, T = 2,000, 40 runs, at larger steps:")
+    print(f"{'decay':>6} {'rho':>7} {'simulated':>10} {'se':>8} {'law':>9} {'sim/law':>7} {'before':>9} "
+          f"{'sim/before':>10}")
+    records = [30_000] + [2_000] * 5
+    for decay in (5.0, 10.0, 20.0, 40.0):
+        psi, rho, inputs, sizes = noise_free("steps-6", 6, records, 0.0, 2000, 40, squared=True, decay=decay)
+        forecast = LawForecast(inputs)
+        free = float(forecast.terms(np.full(6, 1e9), sizes, np.ones((1, 6), bool))[0][0])
+        original = law.kicks_at_optimum  # the law before: each member's own deviation
+        law.kicks_at_optimum = lambda sums, records_, p: sums[:, :p]
+        try:
+            before = float(LawForecast(inputs).terms(np.full(6, 1e9), sizes, np.ones((1, 6), bool))[0][0])
+        finally:
+            law.kicks_at_optimum = original
+        mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
+        print(f"{decay:>6g} {rho:>7.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} {mean / free:>7.3f} "
+              f"{before:>9.3g} {mean / before:>10.3f}", flush=True)
 
 
 def oracle(index: int, seed: int, replications: int, loss: str = "squared") -> None:

@@ -38,9 +38,13 @@ Laplace scale b_i = 2Ξm_i/(n_iε_i) and η = ρ_S/(T²σ(N+1)), σ = 2λ:
   of it whenever that owner is asked — a kick on θ_L itself, which jitters it by (N+1)² more (in
   units of q) than a noise draw entering a copy, and which the copy's own pull a_j = (N+1)ηh_j
   shrinks by 1 + a_j (``selection_modes``; the stationary second moments, solved exactly): S_S =
-  Σ_j h_j (Nη)² Σ_i π_i share_i² Γ_ij (Var_j/q + jitter + (N+1)²)/((1 + a_j)²·2f*), with Γ_ij =
-  E(v_jᵀg_i)² pooled from the proxy's owners like g_i. Counted as noise draws, S_S fell to half the
-  simulated noise-free ψ at N = 40. It is what remains of the noise-free ψ once the floor has
+  Σ_j h_j (Nη)² Σ_i π_i share_i² Γ^S_ij (Var_j/q + jitter + (N+1)²)/((1 + a_j)²·2f*). The copies
+  settle at the coalition's own optimum θ*_S, so a member's kick is its gradient there, of expected
+  square Γ^S_ij = (1 − 2share_i)Γ_ij + Σ_k share_k²Γ_kj (``kicks_at_optimum``), with Γ_ij =
+  E(v_jᵀg_i)² the gradient of owner i's own deviation, pooled from the proxy's owners like g_i: a
+  member with most of the records kicks little (taking Γ_ij for it forecast twice the noise-free ψ of
+  six owners with a leader of 75 %), equal members (1 − 1/N) as much. Counted as noise draws, S_S fell
+  to half the simulated noise-free ψ at N = 40. It is what remains of the noise-free ψ once the floor has
   decayed (small owners, owners that differ) — most of ψ under logistic loss, whose answers carry
   little noise.
 
@@ -264,7 +268,7 @@ class Coalitions:
     eta: np.ndarray  # η_S = ρ_S/(T²σ(N_S+1))
     shares: tuple  # (largest share, Σ_S share_i², Σ_S share_i³) of the members' records: what slows the floor
     bias: np.ndarray  # (K, 2): Σ_S n_i²g_i, Σ_S n_i s_i g_i
-    kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ_ij
+    kicks: np.ndarray  # (K, p): Σ_S a_i n_i² Γ^S_ij, the members' kicks at θ*_S (kicks_at_optimum)
     noise: np.ndarray | None  # (K, R + 1): Σ_S a_i ε_i⁻² per cap group (None: no ε given)
     members: object = None  # the coalitions (Masks or Prefixes), for (ε, δ) noise
     epsilons: np.ndarray | None = None  # ε as given, for (ε, δ) noise
@@ -279,7 +283,8 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
     a, s, g = owner_weights(inputs), records / records.sum(), inputs.heterogeneity
     columns = [np.ones_like(records), records, inputs.clock_rates, records**2, records**3, records**2 * g,
                records * s * g,
-               (a * records**2)[:, None] * inputs.selection]
+               (a * records**2)[:, None] * inputs.selection, (a * records**3)[:, None] * inputs.selection,
+               (records**2)[:, None] * inputs.selection, a * records**2]
     inverse = None
     if epsilons is not None:
         eps = np.asarray(epsilons, dtype=float)
@@ -296,14 +301,33 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
     noise = None
     if inverse is not None:  # Σ_S a_i ε_i⁻² per cap group
         groups = len(inputs.rate_values) + 1
-        noise = (sums[:, 7 + p:7 + p + groups] if inverse.ndim == 1 else
+        noise = (sums[:, 8 + 3 * p:8 + 3 * p + groups] if inverse.ndim == 1 else
                  members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
     share_max = members.largest(records) / n
     rho = coalition_rho(inputs, owners, share_max)
     eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
     return Coalitions(owners, n, totals, rho, eta, (share_max, sums[:, 3] / n**2, sums[:, 4] / n**3),
-                      sums[:, 5:7], sums[:, 7:7 + p], noise, members,
+                      sums[:, 5:7], kicks_at_optimum(sums[:, 7:8 + 3 * p], n, p), noise, members,
                       None if epsilons is None else np.asarray(epsilons, dtype=float), answers)
+
+
+def kicks_at_optimum(sums: np.ndarray, records: np.ndarray, p: int) -> np.ndarray:
+    """(K, p): Σ_S a_i n_i² Γ^S_ij, member i's squared gradient along mode j at the coalition's own
+    optimum θ*_S, from the member sums Σ a n²Γ_j, Σ a n³Γ_j, Σ n²Γ_j and Σ a n² (``sums``, in that
+    order; n the coalition's records).
+
+    Γ_ij is how far owner i's own optimum lies from the population's, δ_i, seen as a gradient: the
+    owners' draws are independent (module docstring). The copies settle at θ*_S, where member i's data
+    term has the gradient H(θ*_S − θ*_i) = H(Σ_k s_kδ_k − δ_i), s_k = n_k/n over the members: of
+    expected square (1 − 2s_i)Γ_ij + Σ_k s_k²Γ_kj, not Γ_ij. A member with most of the records has its
+    own optimum nearly where the coalition's is and kicks little; equal members kick (1 − 1/N) as
+    much.
+    """
+    direct, cubes, squares = sums[:, :p], sums[:, p:2 * p], sums[:, 2 * p:3 * p]
+    weights = sums[:, 3 * p:3 * p + 1]
+    n = np.asarray(records, dtype=float)[:, None]
+    # each member's term is (1 − s_i)²Γ_ij + Σ_{k≠i} s_k²Γ_kj ≥ 0: only rounding goes below
+    return np.maximum(direct - 2.0 * cubes / n + weights * squares / (n * n), 0.0)
 
 
 def coalition_updates(inputs: LawInputs, c: Coalitions) -> np.ndarray | None:

@@ -523,6 +523,35 @@ def test_the_bias_term_is_the_closed_form_sum_over_shares(banks):
     assert np.all(free - bias >= -1e-12 * free)
 
 
+def member_gradients_at_optimum(records, gamma, draws: int = 20_000, seed: int = 3) -> np.ndarray:
+    """Monte Carlo of the kicks' model: owners' deviations δ_i drawn independently with E δ_ij² = Γ_ij
+    (one mode per column, H = I), the coalition's optimum Σ_k s_kδ_k, each member's gradient there;
+    returns Σ_i a_i n_i² E(gradient_ij²) with a_i = 1 (``records`` and ``gamma`` of the members)."""
+    gen = np.random.default_rng(seed)
+    s = records / records.sum()
+    delta = gen.standard_normal((draws, *gamma.shape)) * np.sqrt(gamma)
+    grads = np.einsum("i,dij->dj", s, delta)[:, None, :] - delta
+    return np.einsum("i,ij->j", records**2, np.mean(grads**2, axis=0))
+
+
+@pytest.mark.parametrize("records", [[1_000.0] * 4, [30_000.0, 2_000.0, 2_000.0, 2_000.0],
+                                     [500.0, 4_000.0, 9_000.0, 20_000.0, 1_500.0]])
+def test_kicks_are_the_members_gradients_at_the_coalitions_optimum(records):
+    """law.kicks_at_optimum from member sums matches the Monte Carlo of independent deviations within
+    5 standard errors, per mode; Σ a_i n_i² Γ_ij (each member's own deviation, the law before) is
+    beyond them — with a leader by far (it holds its own optimum nearly where the coalition's is)."""
+    records = np.asarray(records)
+    gamma = np.random.default_rng(len(records)).uniform(0.5, 2.0, (len(records), 3)) / records[:, None]
+    columns = np.column_stack([records[:, None] ** 2 * gamma, records[:, None] ** 3 * gamma,
+                               records[:, None] ** 2 * gamma, records**2])
+    law_value = law.kicks_at_optimum(columns.sum(axis=0)[None, :], np.array([records.sum()]), 3)[0]
+    simulated = [member_gradients_at_optimum(records, gamma, seed=k) for k in range(8)]
+    mean, se = np.mean(simulated, axis=0), np.std(simulated, axis=0, ddof=1) / np.sqrt(8)
+    assert np.all(np.abs(law_value - mean) <= 5 * se), (law_value, mean, se)
+    own = np.einsum("i,ij->j", records**2, gamma)  # the deliberately wrong input: δ_i, not the gradient
+    assert np.all(np.abs(own - mean) > 5 * se)
+
+
 @pytest.mark.parametrize("owners, pull", [(5, 0.003), (20, 0.002), (40, 0.001)])
 def test_selection_kicks_jitter_theta_l_as_the_closed_form_says(owners, pull):
     """An owner's gradient offset enters its copy at every exchange, not once like a noise draw: the
