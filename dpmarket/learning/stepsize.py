@@ -84,11 +84,17 @@ def floor_law(rho: float | np.ndarray, owners: int | np.ndarray, iterations: int
         rate = rate * (np.asarray(updates, dtype=float) / iterations)
     exponent = rate[..., None] * np.asarray(eigenvalues)
     if shares is not None:
-        eta = np.asarray(rho, dtype=float) / (iterations**2 * 2.0 * lam * (np.asarray(owners) + 1))
+        eta = copy_step(rho, owners, iterations, lam)
         slowdown = floor_slowdown(owners, eta, lam, eigenvalues, shares, exponent=exponent, weights=weights)
         exponent = exponent * np.reshape(slowdown, exponent.shape)
     psi = np.sum(weights * np.exp(-exponent), axis=-1)
     return float(psi) if np.ndim(psi) == 0 else psi
+
+
+def copy_step(rho, owners, iterations: int, lam: float):
+    """η = ρ/(T²σ(N+1)), σ = 2λ: the step each of the N + 1 copies takes per unit of gradient (elementwise
+    for arrays of ``rho`` and ``owners``, one entry per coalition)."""
+    return np.asarray(rho, dtype=float) / (iterations**2 * 2.0 * lam * (np.asarray(owners) + 1))
 
 
 def share_moments(records) -> tuple[float, float, float]:

@@ -104,7 +104,7 @@ from functools import cached_property
 import numpy as np
 
 from dpmarket.errors import CalibrationError, ScenarioError
-from dpmarket.learning.stepsize import auto_rho, floor_law
+from dpmarket.learning.stepsize import auto_rho, copy_step, floor_law
 from dpmarket.markets.forecast import member_masks, saturated
 from dpmarket.markets.members import Prefixes, Subsets, as_members
 from dpmarket.privacy.cohort import sensitivity
@@ -305,7 +305,7 @@ def coalitions_of(inputs: LawInputs, records: np.ndarray, coalitions,
                  members.weighted_sums(inverse, a[:, None] * cap_groups(inputs)))
     share_max = members.largest(records) / n
     rho = coalition_rho(inputs, owners, share_max)
-    eta = rho / (inputs.iterations**2 * 2.0 * inputs.lam * (owners + 1))
+    eta = copy_step(rho, owners, inputs.iterations, inputs.lam)
     return Coalitions(owners, n, totals, rho, eta, (share_max, sums[:, 3] / n**2, sums[:, 4] / n**3),
                       sums[:, 5:7], kicks_at_optimum(sums[:, 7:8 + 3 * p], n, p), noise, members,
                       None if epsilons is None else np.asarray(epsilons, dtype=float), answers)

@@ -169,11 +169,12 @@ def budget_epsilons(s: Sellers, masks: np.ndarray, budget: float,
     for _ in range(100):
         mid = 0.5 * (lo + hi)
         over = spend(np.exp(mid))[1] > budget
-        hi, lo, before = np.where(over, mid, hi), np.where(over, lo, mid), (lo, hi)
+        higher, lower = np.where(over, mid, hi), np.where(over, lo, mid)
         # lo and hi a float apart in every row: the next steps change nothing (the state is a fixed
         # point), so stopping here gives the bits 100 steps would — in about 60
-        if np.array_equal(lo, before[0]) and np.array_equal(hi, before[1]):
+        if np.array_equal(lower, lo) and np.array_equal(higher, hi):
             break
+        hi, lo = higher, lower
     eps, _ = spend(np.exp(lo))  # lo: the largest t found whose spend is within the budget
     feasible = np.where(masks, s.cost(np.full(s.count, s.eps_min)), 0.0).sum(axis=1) <= budget
     return eps, feasible
