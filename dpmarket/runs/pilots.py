@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
 CACHE_ENV = "DPMARKET_FORECAST_CACHE"
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
-FORMS = "law-11"  # bump when the law or the pilots change meaning: old cache files are then ignored
+FORMS = "law-12"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
 
 
@@ -195,7 +195,9 @@ def norm_ratio(scenario: Scenario, consortium) -> float:
     return float(consortium.z_l1 / z_l2(scenario, consortium))
 
 
-PRIOR = np.array([1.0, 0.0])  # pseudo-observations (c₀ − 1)², none for c₂: see fit_law
+# Pseudo-observations (c₀ − 1)², (c₂ − 1)²: the law weighs about as much as the 15 pilot cells (5 budgets ×
+# 3 subsets) together — see fit_law.
+PRIOR = np.array([16.0, 16.0])
 
 
 def law_range(law: LawForecast, pilots: PilotRuns) -> np.ndarray:
@@ -219,10 +221,14 @@ def fit_law(law: LawForecast, pilots: PilotRuns) -> LawForecast:
     The fit solves the quasi-likelihood equations of a constant relative error
     (:func:`~dpmarket.markets.forecast.quasi_nnls`: weights from the fitted ψ, not the observed one,
     whose chance lows pulled the multipliers down by 15–30 %), through the box's saturation of the
-    noise term. c₀ carries one pseudo-observation at the law's own value 1: where every pilot is
-    noise-dominated the noise-free terms are a few per cent of ψ, and an unheld c₀ absorbed the
-    pilots' noise instead (fits of c₀ = 9 and 284 were seen); where the pilots do see the floor, they
-    outweigh it.
+    noise term. Each multiplier carries 16 pseudo-observations at the law's own value 1, about as
+    many as the pilots' 15 cells: the pilots train on one twin, one draw of the population the owners
+    are another draw of, and a multiplier fitted to them alone absorbs that draw (on the development
+    designs the uncalibrated law beat the fit within ×1.25), or whatever the pilots cannot see — an
+    unheld c₀ where every pilot is noise-dominated (fits of 9 and 284 were seen), an unheld c₂ where
+    none is (0 and 17 on logistic markets). A discrepancy every pilot shows still moves them: 15
+    cells that all see twice the law (half of it) move the multiplier of the term they see to 1.34
+    (0.66).
 
     The pilots train on one twin, so they are fitted with the law on that twin's draw of the
     population (``inputs.on_twin()``): the multipliers correct the law's form, and the forecast

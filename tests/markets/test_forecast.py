@@ -76,6 +76,28 @@ def test_weights_from_the_fitted_psi_remove_the_bias_of_weights_from_the_observe
     assert old.mean() < 1.0 - 0.1 and old.mean() < new.mean() - 5 * se  # the bias the issue saw
 
 
+
+def test_the_pseudo_observations_hold_a_multiplier_the_pilots_cannot_see_and_let_a_seen_one_move():
+    """15 pilot cells of 2 runs (relative SD 0.6 per run) whose noise term is 1 % of ψ at most: with
+    the pilots' pseudo-observations (runs/pilots.py PRIOR) c₂ stays within 1 % of the law's 1 in
+    every one of 200 calibrations; held at c₀ only (the fit before), it ran off to 0 or to more than
+    10 — a forecast that says ε does not matter, or matters ten times more. The seen term still
+    moves: cells at twice the law give c₀ = 1.34, at half of it 0.66."""
+    from dpmarket.runs.pilots import PRIOR
+
+    gen = np.random.default_rng(29)
+    columns = np.column_stack([np.full(15, 50.0), np.geomspace(1e-4, 0.5, 15)])  # the floor dominates
+    truth = columns.sum(axis=1)
+    held = np.array([quasi_nnls(columns, noisy_pilot_means(truth, 0.6, 2, gen), prior=PRIOR)[1]
+                     for _ in range(200)])
+    assert np.all(np.abs(held - 1.0) < 0.01), (held.min(), held.max())
+    before = np.array([1.0, 0.0])  # c₀ held by one pseudo-observation, c₂ free
+    loose = np.array([quasi_nnls(columns, noisy_pilot_means(truth, 0.6, 2, gen), prior=before)[1]
+                      for _ in range(200)])
+    assert np.mean((loose < 0.1) | (loose > 10.0)) > 0.25  # the wrong prior fails the check above
+    assert quasi_nnls(columns, 2.0 * truth, prior=PRIOR)[0] == pytest.approx(1.34, abs=0.01)
+    assert quasi_nnls(columns, 0.5 * truth, prior=PRIOR)[0] == pytest.approx(0.66, abs=0.01)
+
 @pytest.mark.parametrize("shape", ["laplace", "gaussian"])
 def test_a_clipped_copy_keeps_what_monte_carlo_says(shape):
     """E Π(X)² and P(|X| > θmax) in closed form against 400,000 draws of X (variance u·θmax², θmax = 1)

@@ -109,7 +109,9 @@ def test_the_pilots_are_fitted_on_their_twin_and_the_forecast_takes_the_expectat
     on_twin = calibration.fit_law(LawForecast(twin), pilots)
     assert (forecast.c0, forecast.c2) == (on_twin.c0, on_twin.c2)
     wrong = calibration.fit_law(LawForecast(replace(inputs, drawn_weights=None)), pilots)
-    assert abs(wrong.c0 / forecast.c0 - 1) > 0.01, (wrong.c0, forecast.c0)
+    # The pseudo-observations at 1 (pilots.PRIOR) damp the difference to a few tenths of a per cent;
+    # numerical noise of the fit is 10⁻¹², so 10⁻³ still tells the inputs apart.
+    assert abs(wrong.c0 / forecast.c0 - 1) > 1e-3, (wrong.c0, forecast.c0)
 
 
 # --- coalitions the pilots never saw -------------------------------------------------------------
