@@ -76,7 +76,6 @@ def test_weights_from_the_fitted_psi_remove_the_bias_of_weights_from_the_observe
     assert old.mean() < 1.0 - 0.1 and old.mean() < new.mean() - 5 * se  # the bias the issue saw
 
 
-
 def test_the_pseudo_observations_hold_a_multiplier_the_pilots_cannot_see_and_let_a_seen_one_move():
     """15 pilot cells of 2 runs (relative SD 0.6 per run) whose noise term is 1 % of ψ at most: with
     the pilots' pseudo-observations (runs/pilots.py PRIOR) c₂ stays within 1 % of the law's 1 in
@@ -97,6 +96,7 @@ def test_the_pseudo_observations_hold_a_multiplier_the_pilots_cannot_see_and_let
     assert np.mean((loose < 0.1) | (loose > 10.0)) > 0.25  # the wrong prior fails the check above
     assert quasi_nnls(columns, 2.0 * truth, prior=PRIOR)[0] == pytest.approx(1.34, abs=0.01)
     assert quasi_nnls(columns, 0.5 * truth, prior=PRIOR)[0] == pytest.approx(0.66, abs=0.01)
+
 
 @pytest.mark.parametrize("shape", ["laplace", "gaussian"])
 def test_a_clipped_copy_keeps_what_monte_carlo_says(shape):
