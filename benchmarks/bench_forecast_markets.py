@@ -114,6 +114,7 @@ import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 
@@ -387,6 +388,12 @@ def noise_free(name: str, owners: int, records, shift: float, iterations: int, r
     return psi, runs[0].step.rho, inputs, consortium.sizes.astype(float)
 
 
+def everyone_free(inputs, sizes: np.ndarray) -> float:
+    """The law's noise-free terms (floor, bias, selection) for every owner together, at ε = 10⁹."""
+    owners = len(sizes)
+    return float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, np.ones((1, owners), bool))[0][0])
+
+
 def selection(replications: int = 16) -> None:
     """``--selection``: the selection term against simulation without noise (module docstring)."""
     from dpmarket.learning.stepsize import floor_law
@@ -397,16 +404,13 @@ def selection(replications: int = 16) -> None:
     for owners in (5, 10, 20, 40):
         psi, rho, inputs, sizes = noise_free(f"selection-{owners}", owners, 5000, 0.1, 3000, replications)
         everyone = np.ones((1, owners), bool)
-        free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
+        free = everyone_free(inputs, sizes)
         c = law.coalitions_of(inputs, sizes, everyone)
         floor = float(floor_law(c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues,
                                 weights=inputs.floor_weights)[0])
-        original = law.selection_modes  # the form the law had before: kicks counted as noise draws
-        law.selection_modes = lambda owners_, eta, modes, h: modes
-        try:
-            as_noise = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
-        finally:
-            law.selection_modes = original
+        # the form the law had before: kicks counted as noise draws
+        with mock.patch.object(law, "selection_modes", lambda owners_, eta, modes, h: modes):
+            as_noise = everyone_free(inputs, sizes)
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         print(f"{owners:>3} {rho:>6.4g} {mean:>10.3g} {se:>8.2g} {floor:>9.3g} {free:>9.3g} "
               f"{mean / free:>7.3f} {as_noise:>9.3g} {mean / as_noise:>8.3f}", flush=True)
@@ -425,7 +429,7 @@ def floor(replications: int = 16) -> None:
             round(leader * others * (owners - 1) / (1 - leader))] + [others] * (owners - 1)
         psi, rho, inputs, sizes = noise_free(f"floor-{owners}", owners, records, 0.0, 1000, replications)
         everyone = np.ones((1, owners), bool)
-        free = float(LawForecast(inputs).terms(np.full(owners, 1e9), sizes, everyone)[0][0])
+        free = everyone_free(inputs, sizes)
         c = law.coalitions_of(inputs, sizes, everyone)
         args = (c.rho, c.owners, inputs.iterations, inputs.lam, inputs.eigenvalues)
         slowed = float(floor_law(*args, weights=inputs.floor_weights, shares=c.shares)[0])
@@ -441,7 +445,7 @@ def floor(replications: int = 16) -> None:
           f"{'se':>8} {'law':>9} {'sim/law':>7}")
     for iterations in (500, 2000, 6000):
         psi, rho, inputs, sizes = noise_free("floor-12", 12, [2_000] * 12, 0.0, iterations, replications)
-        free = float(LawForecast(inputs).terms(np.full(12, 1e9), sizes, np.ones((1, 12), bool))[0][0])
+        free = everyone_free(inputs, sizes)
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         print(f"{iterations:>6} {mean:>10.3g} {se:>8.2g} {free:>9.3g} {mean / free:>7.3f}", flush=True)
     # Long steps: squared-loss owners with a leader of 75 %, ρ "auto" with a larger decay, so the floor
@@ -453,14 +457,10 @@ def floor(replications: int = 16) -> None:
     records = [30_000] + [2_000] * 5
     for decay in (5.0, 10.0, 20.0, 40.0):
         psi, rho, inputs, sizes = noise_free("steps-6", 6, records, 0.0, 2000, 40, squared=True, decay=decay)
-        forecast = LawForecast(inputs)
-        free = float(forecast.terms(np.full(6, 1e9), sizes, np.ones((1, 6), bool))[0][0])
-        original = law.kicks_at_optimum  # the law before: each member's own deviation
-        law.kicks_at_optimum = lambda sums, records_, p: sums[:, :p]
-        try:
-            before = float(LawForecast(inputs).terms(np.full(6, 1e9), sizes, np.ones((1, 6), bool))[0][0])
-        finally:
-            law.kicks_at_optimum = original
+        free = everyone_free(inputs, sizes)
+        # the law before: each member's kick that of its own deviation
+        with mock.patch.object(law, "kicks_at_optimum", lambda sums, records_, p: sums[:, :p]):
+            before = everyone_free(inputs, sizes)
         mean, se = psi.mean(), psi.std(ddof=1) / np.sqrt(len(psi))
         print(f"{decay:>6g} {rho:>7.4g} {mean:>10.3g} {se:>8.2g} {free:>9.3g} {mean / free:>7.3f} "
               f"{before:>9.3g} {mean / before:>10.3f}", flush=True)
