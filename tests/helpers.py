@@ -18,6 +18,9 @@ from scipy import stats
 from dpmarket.errors import ScenarioError
 from dpmarket.scenario.loading import validate
 from dpmarket.scenario.schema import Scenario
+from dpmarket.system.reproducibility import differences, event_differences
+
+GOLDEN = Path(__file__).resolve().parent / "golden"  # figures recorded once, compared under the contract
 
 ROOT = Path(__file__).resolve().parents[1]  # the repository
 
@@ -103,6 +106,16 @@ def budgeted_market_toml() -> str:
               "costs": {"kind": "quadratic", "coef": 0.5, "distribution": "lognormal", "sigma": 0.5}}
     return small_toml(name="tinymarket", seed=5, learner={"iterations": 60}, output={"plots": False},
                       market=market)
+
+
+def reproduces(actual: str, expected: str, what: str) -> None:
+    """Asserts that ``actual`` reproduces ``expected``, a text recorded earlier (perhaps on another
+    machine), under the reproducibility contract (:mod:`dpmarket.system.reproducibility`): the words
+    and integers exactly, every other figure within the contract's tolerance or the precision it is
+    printed with; an ``events.csv`` (``what`` names the file) row by row, its schedule exactly. Every
+    comparison with a stored figure goes through here, never through a hash."""
+    found = (event_differences if what.endswith("events.csv") else differences)(expected, actual)
+    assert not found, f"{what} does not reproduce the recorded figures:\n" + "\n".join(found)
 
 
 def wait_for(condition, timeout: float = 60.0):

@@ -29,7 +29,7 @@ from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
 from dpmarket.scenario.sizes import refuse_impossible_sizes
-from dpmarket.system import files
+from dpmarket.system import files, reproducibility
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
 
@@ -220,7 +220,8 @@ def write(c: Comparison, target: Path) -> list[dict]:
         summary = {"scenario": c.scenario.name, "seed": c.scenario.seed, "seeds": c.seeds,
                    "policies": [r["policy"] for r in rows], **guarantee_of(c.scenario),
                    "forecast": {**c.forecast, "source": c.forecast_source},
-                   "oracle": oracle_statement(market_oracle(c.scenario))}
+                   "oracle": oracle_statement(market_oracle(c.scenario)),
+                   "reproducibility": reproducibility.statement()}
         section = None
         if c.properties is not None:
             summary["properties"] = True

@@ -29,7 +29,7 @@ from dpmarket.output.summary import REPLICATIONS_ORACLE, SWEEP_ORACLE, oracle_st
 from dpmarket.privacy.cohort import check_budgets
 from dpmarket.runs.replications import replayable
 from dpmarket.scenario.schema import Scenario
-from dpmarket.system import files, memory
+from dpmarket.system import files, memory, reproducibility
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
 BATCH_UPDATES = 20_000_000  # replication-updates per replayed task: a few seconds, so Ctrl-C waits little
@@ -255,7 +255,8 @@ def _meta(plan: Plan, how: Execution, reused: int) -> dict:
             "grid": [{"key": a.key, "values": list(a.values)} for a in plan.axes],
             "cells": len(plan.cells), "executor": how.executor,
             "workers": None if how.scheduler else how.worker_count,  # a given cluster has its own
-            "scheduler": how.scheduler, "reused_replications": reused}
+            "scheduler": how.scheduler, "reused_replications": reused,
+            "reproducibility": reproducibility.statement()}
 
 
 def _count(items) -> dict[str, int]:

@@ -20,7 +20,7 @@ from dpmarket.output.summary import budgets, network_load, owner_rows, summary
 from dpmarket.privacy import auditing
 from dpmarket.runs.audit import AuditResult, ViewAudit
 from dpmarket.runs.run import RunResult, is_async
-from dpmarket.system import files
+from dpmarket.system import files, reproducibility
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
 
@@ -266,7 +266,8 @@ def audit_summary(result: AuditResult, facts: dict) -> dict:
             "sensitivity": result.sensitivity, "answers_seen_per_run": result.answers_seen,
             "neighbouring": "replace-one: the two worlds differ in one record of this owner, n_i unchanged",
             "canary": result.canary, "epsilon_lower": result.epsilon_lower,
-            "passed": result.passed, "verdict": result.verdict, "adversaries": result.rows()}
+            "passed": result.passed, "verdict": result.verdict, "adversaries": result.rows(),
+            "reproducibility": reproducibility.statement()}
 
 
 def write_audit(result: AuditResult, out: Path, facts: dict, plots: bool = True) -> None:

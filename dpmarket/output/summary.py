@@ -11,6 +11,7 @@ from dpmarket.markets.outcome import learner_value
 from dpmarket.privacy.guarantee import stated
 from dpmarket.runs.diagnostics import after_run
 from dpmarket.runs.run import RunResult
+from dpmarket.system import reproducibility
 
 
 def budgets(result: RunResult) -> list[float]:
@@ -246,6 +247,7 @@ def _summary(result: RunResult) -> dict:
         **_data_summary(result),
         **_market_summary(result),
         "diagnostics": [d.to_dict() for d in after_run(result)],
+        "reproducibility": reproducibility.statement(),
     }
 
 

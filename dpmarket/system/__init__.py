@@ -1,4 +1,5 @@
-"""What every stage leans on, and none of the mathematics: files, signals, progress and memory.
+"""What every stage leans on, and none of the mathematics: files, signals, progress, memory and
+reproducibility.
 
 Modules:
 
@@ -9,4 +10,6 @@ Modules:
 - :mod:`~dpmarket.system.progress`: long phases shown on a terminal, kept out of the maths
 - :mod:`~dpmarket.system.memory`: sizes that cannot fit, refused before any work with the size
   they would need
+- :mod:`~dpmarket.system.reproducibility`: what a seed gives back on this machine and on another,
+  the machine a result was made on, and the one comparison that applies the contract
 """

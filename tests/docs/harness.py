@@ -22,10 +22,14 @@ Each page runs in a fresh working directory holding a link ``scenarios`` to the 
 scenario files, blocks in page order, with the forecast cache where a reader has it
 (``outputs/forecasts/`` in that directory).
 
-Tolerance, for wall-clock times only: before comparing, both the expected and the printed text have
-every wall-clock figure replaced by ``<wall>`` (:data:`WALL_CLOCK`: ``1.07 s wall``, ``"wall_seconds":
-1.07``, ``in 3.2 s``). A line that is only ``...`` in expected console output stands for any number of
-printed lines (an elision the page shows as such); nothing else is approximate.
+Tolerance: before comparing, both the expected and the printed text have every wall-clock figure replaced
+by ``<wall>`` (:data:`~dpmarket.system.reproducibility.WALL_CLOCK`: ``1.07 s wall``, ``"wall_seconds":
+1.07``, ``in 3.2 s``). Then each line is compared under the reproducibility contract
+(:func:`helpers.reproduces`' rule, :func:`dpmarket.system.reproducibility.line_difference`): the words and
+integers exactly, every other figure within the contract's tolerance or one unit of the last digit it is
+printed with — the page was measured on one machine and is checked on every other. A line that is only
+``...`` in expected console output stands for any number of printed lines (an elision the page shows as
+such); nothing else is approximate.
 """
 
 from __future__ import annotations
@@ -40,19 +44,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpmarket.system.reproducibility import differences, line_difference, without_wall_clock
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^\n`]*)\n(?P<body>.*?)^(?P=indent)```\s*$", re.S | re.M)
 TITLE = re.compile(r'title="([^"]+)"')
-
-# Wall-clock figures: the only values allowed to differ between the page and the run.
-WALL_CLOCK = [
-    (re.compile(r"\b\d+(?:\.\d+)? s wall\b"), "<wall> s wall"),
-    (re.compile(r'"wall_seconds": \d+(?:\.\d+)?'), '"wall_seconds": <wall>'),
-    (re.compile(r"\bin \d+(?:\.\d+)? s\b"), "in <wall> s"),
-]
-
 
 @dataclass
 class Block:
@@ -84,8 +82,7 @@ def pages() -> list[Path]:
 
 
 def normalise(text: str) -> str:
-    for pattern, replacement in WALL_CLOCK:
-        text = pattern.sub(replacement, text)
+    text = without_wall_clock(text)
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
@@ -95,7 +92,8 @@ def matches(expected: list[str], actual: list[str]) -> bool:
         return not actual
     if expected[0] == "...":
         return any(matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
-    return bool(actual) and expected[0] == actual[0] and matches(expected[1:], actual[1:])
+    return (bool(actual) and line_difference(expected[0], actual[0]) is None
+            and matches(expected[1:], actual[1:]))
 
 
 def console_commands(body: str) -> list[tuple[str, str]]:
@@ -136,17 +134,22 @@ def run_console(block: Block, cwd: Path, page: Path) -> None:
             raise AssertionError(f"{where}\nexit status {done.returncode}\n{printed}")
 
 
-class WallClockChecker(doctest.OutputChecker):
-    """doctest's comparison after the wall-clock figures of both sides are normalised."""
+class ContractChecker(doctest.OutputChecker):
+    """doctest's comparison after the wall-clock figures of both sides are normalised; where the text
+    differs, line by line under the reproducibility contract (whitespace runs taken as one space)."""
 
     def check_output(self, want: str, got: str, optionflags: int) -> bool:
-        return super().check_output(normalise(want) + "\n", normalise(got) + "\n", optionflags)
+        want, got = normalise(want), normalise(got)
+        if super().check_output(want + "\n", got + "\n", optionflags):
+            return True
+        squeeze = [[" ".join(line.split()) for line in text.splitlines()] for text in (want, got)]
+        return not differences("\n".join(squeeze[0]), "\n".join(squeeze[1]))
 
 
 def run_pycon(block: Block, namespace: dict, page: Path) -> None:
     parser = doctest.DocTestParser()
     test = parser.get_doctest(block.body, namespace, f"{page.name}:{block.line}", str(page), block.line)
-    runner = doctest.DocTestRunner(checker=WallClockChecker(), optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner = doctest.DocTestRunner(checker=ContractChecker(), optionflags=doctest.NORMALIZE_WHITESPACE)
     report: list[str] = []
     runner.run(test, out=report.append, clear_globs=False)
     namespace.update(test.globs)  # DocTest copies the namespace: later sessions see this one's names
