@@ -259,6 +259,26 @@ def test_clip_auto_is_a_quantile_of_the_twins_gradient_norms_and_bounds_every_an
     assert owner.scale == pytest.approx(2 * xi * 200 / (owner.data.n * 1e6))
 
 
+def test_the_hinges_support_vectors_count_alike_whatever_the_last_bits_of_their_margins():
+    """At the hinge's θ* the support vectors' margins are 1 up to rounding: every machine must count
+    them alike (as active), or the clip bound Ξ moves by 10⁻³ between CPUs (fraud_svm). θ* moved by a
+    few units in the last place gives the same norms; the old rule (ℓ' = −y where y·u < 1 exactly, the
+    wrong input) does not."""
+    from dpmarket.api import load
+    from dpmarket.data.proxy import gradient_norms
+
+    objective = prepare(load("fraud_svm", overrides=["data.records=500"])).objective
+    theta = objective.theta_star
+    Z = np.vstack([o.records()[0] for o in objective.owners])
+    y = np.concatenate([o.records()[1] for o in objective.owners])
+    on_kink = np.abs(y * (Z @ theta) - 1.0) < 1e-9
+    assert on_kink.sum() >= 2  # the support vectors: the case this guards
+    nudges = [theta * (1.0 + k * np.finfo(float).eps) for k in (-4, -1, 1, 4)]
+    assert all(np.array_equal(gradient_norms(objective, theta), gradient_norms(objective, t)) for t in nudges)
+    old = [np.abs(objective.loss.dmargin(Z @ t, y)) * np.abs(Z).sum(axis=1) for t in [theta, *nudges]]
+    assert any(not np.array_equal(np.sort(old[0]), np.sort(o)) for o in old[1:])
+
+
 # --- bad input ---------------------------------------------------------------------------------
 
 def test_auto_rho_for_the_hinge_borrows_the_logistic_losss_curvature():
