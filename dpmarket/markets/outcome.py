@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpmarket.system.reproducibility import difference
+
 
 def learner_value(value: float, psi: float) -> float:
     """What a model of forecast quality ψ̂ is worth to the learner: value·max(0, 1 − ψ̂).
@@ -49,8 +51,9 @@ class Outcome:
 
     @property
     def surplus(self) -> float:
-        """The learner's surplus: value of the forecast model minus payments."""
-        return self.value - self.spend
+        """The learner's surplus: value of the forecast model minus payments (0 where they are equal to
+        the precision of their sums, as when Shapley payments share out the whole value)."""
+        return difference(self.value, self.spend)
 
     @property
     def members(self) -> np.ndarray:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from dpmarket.learning.stepsize import STABILITY_LIMIT
+from dpmarket.system.reproducibility import difference, exceeds, reaches
 
 if TYPE_CHECKING:
     from dpmarket.runs.run import RunResult
@@ -223,7 +224,7 @@ def _surplus(result: RunResult) -> Diagnostic | None:
     from dpmarket.markets.outcome import learner_value
 
     o, m = result.market.outcome, result.scenario.market
-    simulated = learner_value(m.value, result.psi_final) - o.spend
+    simulated = difference(learner_value(m.value, result.psi_final), o.spend)
     if o.surplus >= 0 and simulated >= 0:
         return None
     oracle = o.surplus >= 0  # only the simulated ψ says so
@@ -240,14 +241,14 @@ def _stability(result: RunResult) -> Diagnostic | None:
     """The step's stability number: the public one (ρ = "auto"), else each owner's own curvature's."""
     public = result.step.stability if result.step is not None else None
     number, oracle = (public, False) if public is not None else (result.step_curvature, True)
-    if number is None or not number >= STABILITY_NEAR * STABILITY_LIMIT:
+    if number is None or not reaches(number, STABILITY_NEAR * STABILITY_LIMIT):
         return None
     rho = result.step.rho if result.step is not None else result.scenario.learner.rho
     return stability_diagnostic(number, rho, result.scenario, oracle)
 
 
 def stability_diagnostic(number: float, rho: float, scenario: Scenario, oracle: bool) -> Diagnostic:
-    over = number > STABILITY_LIMIT
+    over = exceeds(number, STABILITY_LIMIT)
     text = (f"the step is {'beyond' if over else 'near'} the stability limit (stability number "
             f"{number:.3g}, limit {STABILITY_LIMIT:g}): the largest owners' copies "
             f"{'oscillate' if over else 'barely settle'}; lower learner.rho (now {rho:.4g})"
@@ -411,7 +412,7 @@ def _public_step_and_forecast(scenario: Scenario, consortium) -> list[Diagnostic
             number = stability_number(step.rho, len(sizes), scenario.learner.iterations,
                                       scenario.model.regularization, float(sizes.max() / sizes.sum()),
                                       curvature=info.owner_curvature)
-        if number >= STABILITY_NEAR * STABILITY_LIMIT:
+        if reaches(number, STABILITY_NEAR * STABILITY_LIMIT):
             found.append(stability_diagnostic(number, step.rho, scenario, oracle=False))
     forecast = _forecast_before(scenario, consortium)
     return found + ([forecast] if forecast is not None else [])
