@@ -379,8 +379,7 @@ def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...
     half = runs // 2
     for view in views:
         if view == "answers":
-            scale = max(a.largest for a in adversaries) * max(1, max(int(a.seen.max()) for a in adversaries))
-            pair = tuple(auditing.rounded(a.scores, scale) for a in adversaries)
+            pair = tuple(auditing.rounded(a.scores, score_scale(adversaries)) for a in adversaries)
         else:
             w = discriminant(models[0][:half], models[1][:half])
             pair = (models[0] @ w, models[1] @ w)
@@ -440,7 +439,11 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
             data = _with_canaries(base, pattern, d.feature_bound, label, m.intercept)
             run_cell(scenario, chosen, with_records(found.consortium, i, data), found.objective,
                      found.members, epsilons=found.epsilons, series=False, observer=Watchers(guessers))
-            guesses = np.stack([(g.scores > 0).astype(int) for g in guessers], axis=1)
+            # on the scores' grid, as the two worlds' audit: a score that is 0 in exact arithmetic (equal
+            # counts of ±Δ Laplace ratios) is ±10⁻¹⁶ by CPU, and would guess "in" on some machines only
+            scale = score_scale(guessers)
+            guesses = np.stack([(auditing.rounded(g.scores, scale) > 0).astype(int) for g in guessers],
+                               axis=1)
             correct += int(np.sum(guesses == pattern[None, :]))
             bar.update(1)
     canaries = runs * p
@@ -452,6 +455,13 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
     bound = auditing.one_run_epsilon(canaries, canaries, correct, result.delta, level)
     result.audits.append(OneRunAudit("answers", canaries, canaries, correct, level, result.delta, bound))
     return result
+
+
+def score_scale(adversaries: list[AnswerAdversary]) -> float:
+    """The largest magnitude the adversaries' scores can reach: the largest shift one answer gives,
+    times the most answers one run showed (the grid :func:`dpmarket.privacy.auditing.rounded` puts
+    the scores on, so that scores equal in exact arithmetic are equal on every machine)."""
+    return max(a.largest for a in adversaries) * max(1, max(int(a.seen.max()) for a in adversaries))
 
 
 def _with_canaries(data: OwnerData, pattern: np.ndarray, bound: float, label: float,

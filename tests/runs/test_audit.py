@@ -19,9 +19,9 @@ from helpers import tiny
 
 from dpmarket.cli import main
 from dpmarket.errors import AuditError
-from dpmarket.privacy import cohort
+from dpmarket.privacy import auditing, cohort
 from dpmarket.privacy.owners import DataOwner
-from dpmarket.runs.audit import audit, exact_answers, worst_case_canary
+from dpmarket.runs.audit import AnswerAdversary, audit, exact_answers, worst_case_canary
 
 RUNS = 600
 
@@ -157,6 +157,38 @@ def test_the_audit_by_one_run_counts_canaries(monkeypatch):
     assert (one.canaries, one.guesses) == (400, 400) and real.passed
     monkeypatch.setattr(cohort, "DataOwner", NoiseThirtieth)
     assert not audit(s, runs=400, method="one-run").passed
+
+
+def _last_bits(monkeypatch, draw: int) -> None:
+    """Every answer's likelihood ratio moved by a few units in the last place of its shift, as another
+    CPU's sums move it (a stream per ``draw``: another machine)."""
+    gen, exact = np.random.default_rng(draw), AnswerAdversary.ratio
+
+    def ratio(self, answer, mu0, mu1):
+        r = exact(self, answer, mu0, mu1)
+        return r + np.finfo(float).eps * np.abs(mu1 - mu0).sum(axis=-1) * gen.uniform(-4, 4, r.shape)
+
+    monkeypatch.setattr(AnswerAdversary, "ratio", ratio)
+
+
+def test_the_audit_by_one_run_guesses_alike_whatever_the_last_bits_of_its_scores(monkeypatch):
+    """With about four answers per run, some runs' Laplace ratios cancel to a score of 0 in exact
+    arithmetic (equal counts of ±Δ), ±10⁻¹⁶ on a CPU: on the scores' grid every machine guesses alike
+    and counts the same correct guesses. Without the grid (the wrong input) the count depends on them."""
+    s = tiny(data={"owners": 2, "records": 200, "features": 1, "generator": "whitened"},
+             model={"intercept": False, "theta_max": 0.1}, learner={"iterations": 8, "rho": 3.0},
+             privacy={"epsilon": 1.0, "split": "horizon"})
+
+    def correct(draw: int | None) -> int:
+        with monkeypatch.context() as m:
+            if draw is not None:
+                _last_bits(m, draw)
+            return audit(s, runs=300, method="one-run").audits[0].correct
+
+    exact = correct(None)
+    assert all(correct(draw) == exact for draw in range(3))
+    monkeypatch.setattr(auditing, "rounded", lambda scores, scale: np.asarray(scores, dtype=float))
+    assert len({correct(draw) for draw in range(3)} | {correct(None)}) > 1
 
 
 def test_the_command_writes_the_audit_and_exits_3_on_a_violation(tmp_path, capsys, monkeypatch):
