@@ -52,7 +52,12 @@ PLD_RESOLUTION = {"laplace": 3e-4, "gaussian": 1e-3}
 # so its σ is also checked in 80-digit arithmetic (:func:`_gaussian_delta`).
 MARGIN = 1e-6
 SEARCH_RANGE = 1e6  # z is searched within [ref/1e6, ref·1e6], ref = m/ε (basic Laplace's z)
-TOLERANCE = 1e-4  # on log z: the calibrated noise is within 10⁻⁴ (relative) of the smallest that fits
+# On log z: the calibrated noise is within 10⁻⁹ (relative) of the smallest that fits. Why so tight: the
+# search (Brent's method) may stop anywhere within its tolerance, and where it stops depends on the last
+# bits of dp-accounting's ε, another on each CPU (PLD: 10⁻¹¹ to 2·10⁻⁹ apart between numpy's vector
+# loops); at 10⁻⁴ two machines calibrated noise 1.6·10⁻⁸ apart (lending_banks, Laplace under PLD), and up
+# to 10⁻⁴ could be. At 10⁻⁹ they agree to a few 10⁻⁹, for 2–9 more evaluations of the accountant.
+TOLERANCE = 1e-9
 UNIT = 2.0**-53  # the unit roundoff of a double
 # What the library raises where its numerics give up at extreme δ (NaN to an integer, a domain error,
 # brentq's failures): the accountant cannot prove anything there, which :func:`calibration` treats as
