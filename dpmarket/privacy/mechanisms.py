@@ -120,7 +120,16 @@ def binomial_quantile(q: float, n: int, p: float) -> int:
     log_fact = np.concatenate(([0.0], np.cumsum(np.log(np.arange(1, n + 1)))))
     log_pmf = log_fact[n] - log_fact - log_fact[::-1] + k * np.log(p) + (n - k) * np.log1p(-p)
     cdf = np.cumsum(np.exp(log_pmf))
-    return min(n, int(np.searchsorted(cdf, q)))
+    return min(n, int(np.searchsorted(cdf, q - _tie(log_fact[n]))))
+
+
+def _tie(largest_log: float) -> float:
+    """How far below q a computed cdf may lie and still count as reaching it: the cdf's own rounding,
+    about the unit roundoff times the largest log-factorial it exponentiates (its pmf's relative error)
+    and a vector loop's sums, which differ by CPU. Where the cdf equals q in exact arithmetic (n odd,
+    p = q = ½: the median) it was 0.49999999983 at n = 9,999 and the cap one more than the median; the
+    cap must not depend on the machine. A cap one answer lower is as private (noise is sized for it)."""
+    return 64.0 * np.finfo(float).eps * max(1.0, abs(largest_log))
 
 
 def _windowed_quantile(q: float, n: int, p: float) -> int:
@@ -134,7 +143,7 @@ def _windowed_quantile(q: float, n: int, p: float) -> int:
              + low * math.log(p) + (n - low) * math.log1p(-p))
     steps = np.log(n - k) - np.log(k + 1) + (math.log(p) - math.log1p(-p))
     cdf = np.cumsum(np.exp(start + np.concatenate(([0.0], np.cumsum(steps)))))
-    return min(n, low + int(np.searchsorted(cdf / cdf[-1], q)))
+    return min(n, low + int(np.searchsorted(cdf / cdf[-1], q - _tie(math.lgamma(n + 1)))))
 
 
 def answer_caps(split: str, iterations: int, shares: np.ndarray, caps: np.ndarray,

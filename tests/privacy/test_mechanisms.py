@@ -75,6 +75,24 @@ def test_binomial_quantile_is_scipys(n):
         assert any(binomial_quantile(q * 0.99, n, p) != stats.binom.ppf(q, n, p) for q, p in pairs)
 
 
+@pytest.mark.parametrize("n", [7, 99, 9_999, 1_000_001])
+def test_a_cdf_equal_to_the_level_in_exact_arithmetic_gives_the_same_cap_on_every_machine(n):
+    """n odd, p = q = ½: P(Binomial(n, ½) ≤ (n − 1)/2) = ½ exactly, and the cap is the median on every
+    machine — the computed cdf is a few 10⁻¹⁰ below ½ at n = 9,999, by CPU. The wrong input, the cdf
+    taken at its computed value, puts the cap one higher at some n."""
+    from dpmarket.privacy import mechanisms
+
+    assert mechanisms.binomial_quantile(0.5, n, 0.5) == (n - 1) // 2
+
+
+def test_without_the_ties_margin_the_median_cap_moves():
+    from dpmarket.privacy import mechanisms
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(mechanisms, "_tie", lambda largest_log: 0.0)
+        assert any(mechanisms.binomial_quantile(0.5, n, 0.5) != (n - 1) // 2 for n in (7, 99, 9_999))
+
+
 def test_noise_draws_do_not_depend_on_block_size():
     a = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=1)
     b = LaplaceNoise(np.random.default_rng(5), 2.0, 3, block=256)
