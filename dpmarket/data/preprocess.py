@@ -173,11 +173,21 @@ def _projection(spec: Table, S: np.ndarray, x_bound: float):
     values, vectors = np.linalg.eigh(cov)
     top = np.argsort(values)[::-1][: spec.components]
     V, lam = vectors[:, top], np.maximum(values[top], 0.0)
-    flip = np.sign(V[np.argmax(np.abs(V), axis=0), np.arange(V.shape[1])])  # deterministic signs
-    V = V * np.where(flip == 0, 1.0, flip)
+    V = V * _signs(V)
     D = x_bound / (spec.spread * np.sqrt(np.where(lam < TINY, 1.0, lam)))
     explained = float(lam.sum() / max(np.trace(cov), TINY))
     return V, D, explained
+
+
+def _signs(V: np.ndarray) -> np.ndarray:
+    """±1 per column of V making its largest entry positive, so that a component's sign does not depend
+    on the eigensolver. Entries within 10⁻⁹ of the largest count as tied and the first of them decides:
+    two standardised columns give entries ±1/√2, equal in exact arithmetic, and which one the last bits
+    call the largest would flip the feature's sign (and θ's) by CPU."""
+    size = np.abs(V)
+    first = np.argmax(size >= size.max(axis=0) * (1.0 - 1e-9), axis=0)
+    flip = np.sign(V[first, np.arange(V.shape[1])])
+    return np.where(flip == 0, 1.0, flip)
 
 
 def _label_constants(spec: Table, labels: np.ndarray, y_bound: float) -> tuple[float, float]:

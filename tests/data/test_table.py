@@ -478,3 +478,18 @@ def test_sparcs_counties_end_to_end(tmp_path, capsys):
     owners = pd.read_csv(out / "owners.csv")
     assert owners["name"].iloc[0] == "Manhattan" and owners["records"].min() >= 10_000
     assert np.isfinite(summary["psi_final"]) and summary["psi_final"] > 0
+
+
+def test_a_components_sign_does_not_depend_on_the_last_bits_of_tied_entries():
+    """Two standardised columns give a component (1/√2, −1/√2): which entry is the larger is decided by
+    the last bits, another on each CPU. Its sign is the first tied entry's, whatever those bits; the rule
+    before (the sign of the computed largest, the wrong input) flips it."""
+    from dpmarket.data.preprocess import _signs
+
+    half = np.sqrt(0.5)
+    column = np.array([[half], [-half]])
+    nudged = [column * np.array([[1.0], [1.0 + k * np.finfo(float).eps]]) for k in (-2, -1, 1, 2)]
+    assert all(np.array_equal(_signs(v), _signs(column)) for v in nudged) and _signs(column)[0] == 1.0
+    old = [np.sign(v[np.argmax(np.abs(v), axis=0), 0]) for v in nudged]
+    assert len(set(np.ravel(old))) == 2
+    assert _signs(np.array([[0.1, 0.0], [-0.9, 0.3]])).tolist() == [-1.0, 1.0]
