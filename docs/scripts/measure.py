@@ -594,7 +594,7 @@ def _run_console(body: str, cwd: Path, page: Path, line: int) -> str:
         printed = (done.stdout + done.stderr).rstrip("\n")
         want = harness.normalise("\n".join(expected)).splitlines()
         got = harness.normalise(printed).splitlines()
-        keep = harness.matches(want, got)
+        keep = harness.matches(want, got, exact=True)  # a page shows what the command prints here, now
         if not keep and "..." in want:
             print(
                 f"{page.relative_to(ROOT)}:{line}: $ {command}\n  prints otherwise, and its block elides "

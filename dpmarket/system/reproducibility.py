@@ -36,11 +36,15 @@ import sys
 
 # The contract's tolerance for floating-point figures across machines:
 #     |a − b| ≤ RELATIVE·max(|a|, |b|) + ABSOLUTE,
-# or one unit in the last digit a figure is printed with, whichever is larger. ABSOLUTE is there for
-# figures that are small differences of order-one quantities: ψ = f(θ)/f(θ*) − 1 carries the last bits
-# of f/f* (10⁻¹⁵ absolute), so a ψ of 10⁻⁵ may differ by 10⁻¹⁰ relative and one of 10⁻²⁷ (a floor the
-# law rounds to nothing) by a factor. Measured: docs/reference/reproducibility.md.
-RELATIVE = 1e-9
+# or one unit in the last digit a figure is printed with, whichever is larger. Measured (benchmarks/
+# bench_reproducibility.py: 20 commands on 8 emulated machines, docs/reference/reproducibility.md): the
+# largest relative difference is 4.5·10⁻¹⁰, the ε spent under dp-accounting's PLD with Laplace answers,
+# whose ε at a fixed noise differs by up to 1.8·10⁻⁹ between numpy's vector loops; every other figure
+# within 3.2·10⁻¹⁰ (the audit's scores, near 0). RELATIVE leaves a factor 5 over the PLD's own.
+# ABSOLUTE is for figures that are small differences of order-one quantities: ψ = f(θ)/f(θ*) − 1 carries
+# the last bits of f/f* (10⁻¹⁵), so a ψ of 10⁻⁵ may differ by 10⁻¹⁰ relative and one of 10⁻²⁷ (a floor
+# the law rounds to nothing) by a factor.
+RELATIVE = 1e-8
 ABSOLUTE = 1e-12
 
 # Wall-clock figures: the only values allowed to differ between two runs of the same command on one
@@ -80,25 +84,33 @@ def exceeds(value: float, threshold: float) -> bool:
 @functools.cache
 def machine() -> dict:
     """The numeric libraries a result was made with, for ``summary.json`` (``machine``): dpmarket, Python,
-    numpy, scipy, and the BLAS numpy calls — its library, version and the kernel it chose for this CPU
-    (``core_type``; ``OPENBLAS_CORETYPE`` overrides it), as threadpoolctl reports them.
+    numpy, scipy, and the BLAS each calls (numpy's and scipy's wheels ship their own OpenBLAS) — its
+    library, version and the kernel it chose for this CPU (``core_type``; ``OPENBLAS_CORETYPE``
+    overrides it), as threadpoolctl reports them.
 
-    The number of BLAS threads is left out: pool workers run with one thread and the parent with
-    all cores, and the same seed gives the same bytes on either."""
+    scipy's BLAS is loaded first (scipy.linalg), so the record does not depend on what the run happened
+    to import. The number of BLAS threads is left out: pool workers run with one thread and the parent
+    with all cores, and the same seed gives the same bytes on either."""
     import numpy
     import scipy
+    import scipy.linalg  # noqa: F401 — loads scipy's BLAS, which threadpoolctl lists only once loaded
     from threadpoolctl import threadpool_info
 
     from dpmarket._version import __version__
 
     blas = [m for m in threadpool_info() if m.get("user_api") == "blas"]
-    numpy_blas = next((m for m in blas if "numpy" in str(m.get("filepath", ""))), blas[0] if blas else {})
     return {"dpmarket": __version__, "python": _platform.python_version(), "numpy": numpy.__version__,
-            "scipy": scipy.__version__,
-            "blas": {"library": numpy_blas.get("internal_api", "unknown"),
-                     "version": numpy_blas.get("version") or "unknown",
-                     "core_type": numpy_blas.get("architecture") or "unknown"},
+            "scipy": scipy.__version__, "blas": _blas(blas, "numpy"), "scipy_blas": _blas(blas, "scipy"),
             "cpu": _platform.machine() or sys.platform}
+
+
+def _blas(libraries: list[dict], package: str) -> dict:
+    """The BLAS ``package`` calls, of threadpoolctl's ``libraries``: the one shipped in its wheel
+    (``numpy.libs``, ``scipy.libs``), else the first (a shared BLAS, as conda installs one)."""
+    own = [m for m in libraries if f"{package}.libs" in str(m.get("filepath", ""))]
+    found = (own or libraries or [{}])[0]
+    return {"library": found.get("internal_api", "unknown"), "version": found.get("version") or "unknown",
+            "core_type": found.get("architecture") or "unknown"}
 
 
 def statement() -> dict:

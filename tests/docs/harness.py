@@ -86,14 +86,17 @@ def normalise(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines())
 
 
-def matches(expected: list[str], actual: list[str]) -> bool:
-    """Line by line; an expected line ``...`` matches any run of printed lines."""
+def matches(expected: list[str], actual: list[str], exact: bool = False) -> bool:
+    """Line by line under the reproducibility contract (``exact``: character for character, as
+    ``docs/scripts/measure.py write`` compares before it rewrites); an expected line ``...`` matches any
+    run of printed lines."""
     if not expected:
         return not actual
     if expected[0] == "...":
-        return any(matches(expected[1:], actual[i:]) for i in range(len(actual) + 1))
-    return (bool(actual) and line_difference(expected[0], actual[0]) is None
-            and matches(expected[1:], actual[1:]))
+        return any(matches(expected[1:], actual[i:], exact) for i in range(len(actual) + 1))
+    same = expected[0] == actual[0] if exact and actual else bool(actual) and (
+        line_difference(expected[0], actual[0]) is None)
+    return same and matches(expected[1:], actual[1:], exact)
 
 
 def console_commands(body: str) -> list[tuple[str, str]]:
