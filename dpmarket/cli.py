@@ -7,7 +7,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, NoReturn
 
 from dpmarket._version import __version__
 from dpmarket.errors import DPMarketError, UsageError, one_line, warn
@@ -65,8 +65,27 @@ EXAMPLES = {
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser, whose ``--help`` and ``--version`` text goes out as every command's output
-    (:func:`streams.say`)."""
+    """argparse's parser, with the project's error line — one line naming the command, what was wrong
+    and where the usage is, exit 2 (argparse printed a usage block first) — and whose ``--help`` and
+    ``--version`` text goes out as every command's output (:func:`streams.say`)."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}  # the top level's subcommands, by name
+
+    def parse_args(self, args: list[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's, but arguments it does not know are named with the command given them (argparse
+        reports them from the top level: ``dpmarket run x --bogus`` would point to ``dpmarket --help``)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """``dpmarket: error: COMMAND: MESSAGE (see `dpmarket COMMAND --help`)``, then exit 2."""
+        command = self.prog.removeprefix("dpmarket").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"dpmarket: error: {where}{one_line(message)} (see `{self.prog} --help`)\n")
 
     def _print_message(self, message: str, file: IO[str] | None = None) -> None:
         # argparse's one writer (help, usage, version); its own swallows an OSError of the stream
@@ -93,6 +112,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES[""], formatter_class=_formatter)
     parser.add_argument("--version", action="version", version=f"dpmarket {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices
     run = _command(sub, "run", "run a scenario and write a run directory", (
         "Run a scenario: data, market (if any), training; write a run directory (tables, "
         "figures, report.html). With --replications, R runs on derived seeds, resumable."))
