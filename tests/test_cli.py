@@ -249,7 +249,7 @@ def test_market_workers_must_be_positive(tmp_path, capsys):
     assert done.value.code == 2 and "--workers" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("args,expected", [
+ARGUMENT_ERRORS = [
     ([], "dpmarket: error: the following arguments are required: command (see `dpmarket --help`)"),
     (["run"], "dpmarket: error: run: the following arguments are required: SCENARIO "
               "(see `dpmarket run --help`)"),
@@ -263,7 +263,11 @@ def test_market_workers_must_be_positive(tmp_path, capsys):
     (["run", "x.toml", "--bogus"], "dpmarket: error: run: unrecognized arguments: --bogus "
                                    "(see `dpmarket run --help`)"),
     (["run", "x.toml", "--out"], "dpmarket: error: run: argument --out: expected one argument"),
-], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+]
+
+
+@pytest.mark.parametrize("args,expected", ARGUMENT_ERRORS,
+                         ids=[" ".join(args) or "(none)" for args, _ in ARGUMENT_ERRORS])
 def test_an_argument_error_is_one_line_naming_the_command_and_its_help(args, expected, capsys):
     """argparse printed a usage block of up to five lines before its error line, and reported an
     unknown option of a command from the top level (``dpmarket --help``)."""
