@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO, NoReturn
 
 from dpmarket._version import __version__
 from dpmarket.errors import DPMarketError, UsageError, one_line, warn
 from dpmarket.replay import compiled
+from dpmarket.system import streams
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
 STRICT_STATUS = 3  # --strict: a diagnostic warned (the command's results are written all the same)
@@ -62,6 +64,37 @@ EXAMPLES = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with the project's error line — one line naming the command, what was wrong
+    and where the usage is, exit 2 (argparse printed a usage block first) — and whose ``--help`` and
+    ``--version`` text goes out as every command's output (:func:`streams.say`)."""
+
+    commands: dict[str, argparse.ArgumentParser] = {}  # the top level's subcommands, by name
+
+    def parse_args(self, args: list[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's, but arguments it does not know are named with the command given them (argparse
+        reports them from the top level: ``dpmarket run x --bogus`` would point to ``dpmarket --help``)."""
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            owner = self.commands.get(getattr(parsed, "command", None) or "", self)
+            owner.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
+
+    def error(self, message: str) -> NoReturn:
+        """``dpmarket: error: COMMAND: MESSAGE (see `dpmarket COMMAND --help`)``, then exit 2."""
+        command = self.prog.removeprefix("dpmarket").strip()
+        where = f"{command}: " if command else ""
+        self.exit(2, f"dpmarket: error: {where}{one_line(message)} (see `{self.prog} --help`)\n")
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        # argparse's one writer (help, usage, version); its own swallows an OSError of the stream
+        if message and (file is None or file is sys.stdout):
+            streams.say(message, end="")
+        elif message:
+            super()._print_message(message, file)
+
+
 def _formatter(prog: str) -> argparse.HelpFormatter:
     """Examples keep their lines (descriptions are wrapped by :func:`_command`)."""
     return argparse.RawDescriptionHelpFormatter(prog)
@@ -74,11 +107,12 @@ def _command(sub, name: str, summary: str, description: str) -> argparse.Argumen
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dpmarket", description=(
+    parser = _Parser(prog="dpmarket", description=(
         "Simulate private, asynchronous data collaborations (DP gradient queries)."),
         epilog=EXAMPLES[""], formatter_class=_formatter)
     parser.add_argument("--version", action="version", version=f"dpmarket {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
+    parser.commands = sub.choices
     run = _command(sub, "run", "run a scenario and write a run directory", (
         "Run a scenario: data, market (if any), training; write a run directory (tables, "
         "figures, report.html). With --replications, R runs on derived seeds, resumable."))
@@ -225,33 +259,24 @@ def _add_executor(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``python -m dpmarket`` and the ``dpmarket`` script."""
-    args = _parser().parse_args(argv)
+    streams.prepare()  # ε, θ, ψ and × readable on an ASCII terminal, for every command
     with sigterm_as_interrupt():  # SIGTERM ends a command as Ctrl-C does (exit 143, not 130)
-        return _dispatch(args)
+        return _statused(lambda: _call(_parser().parse_args(argv)))
 
 
-def _dispatch(args: argparse.Namespace) -> int:
+def _statused(call: Callable[[], int]) -> int:
+    """Run ``call`` (parse and run a command) and end it as the project says: its status with all it
+    printed flushed out; a user's error as one line and 2; Ctrl-C as one line and 130 (SIGTERM 143);
+    a reader leaving early (``| head``) quietly, 1. ``--help`` and ``--version`` exit as argparse
+    makes them, after their text is out."""
     try:
-        compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
-        if args.command == "validate":
-            return _validate(args)
-        if args.command == "explain":
-            return _explain(args)
-        if args.command == "timeline":
-            return _timeline(args)
-        if args.command == "forecast":
-            return _forecast(args)
-        if args.command == "market":
-            return _market(args)
-        if args.command == "scenarios":
-            return _scenarios()
-        if args.command == "audit":
-            return _audit(args)
-        if args.command == "sweep" or args.replications is not None:
-            if not getattr(args, "oracle", True):
-                raise UsageError("--no-oracle writes a single run: not with --replications")
-            return _experiment(args)
-        return _run(args)
+        try:
+            status = call()
+        except SystemExit:
+            streams.flush()  # a failing output is one line and 2, not exit 0 with the text lost
+            raise
+        streams.flush()  # a failing output is one line and 2, not a traceback at the interpreter's exit
+        return status
     except DPMarketError as exc:
         print(f"dpmarket: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
@@ -259,10 +284,32 @@ def _dispatch(args: argparse.Namespace) -> int:
         print("dpmarket: interrupted; nothing was written", file=sys.stderr)
         return exit_status(stop)
     except BrokenPipeError:
-        # The reader (``| head``) left early: everything was written already, so no traceback;
-        # stdout goes to devnull so that the interpreter's final flush does not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        streams.abandon()  # what is still buffered goes nowhere: the exit's own flush does not raise
         return 1
+
+
+def _call(args: argparse.Namespace) -> int:
+    """Call the command ``args`` name."""
+    compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
+    if args.command == "validate":
+        return _validate(args)
+    if args.command == "explain":
+        return _explain(args)
+    if args.command == "timeline":
+        return _timeline(args)
+    if args.command == "forecast":
+        return _forecast(args)
+    if args.command == "market":
+        return _market(args)
+    if args.command == "scenarios":
+        return _scenarios()
+    if args.command == "audit":
+        return _audit(args)
+    if args.command == "sweep" or args.replications is not None:
+        if not getattr(args, "oracle", True):
+            raise UsageError("--no-oracle writes a single run: not with --replications")
+        return _experiment(args)
+    return _run(args)
 
 
 def _load(args: argparse.Namespace):
@@ -281,12 +328,12 @@ def _validate(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     if not args.quiet:
-        print(commented_toml(scenario), end="")
+        streams.say(commented_toml(scenario), end="")
     if not (args.strict or not args.quiet):
         return 0
     diagnostics = before_run(scenario)
     if not args.quiet:
-        sys.stdout.flush()
+        streams.flush()  # the file first, then its warnings
         for d in diagnostics:
             warn(d.line())
     return STRICT_STATUS if args.strict and warnings_in(diagnostics) else 0
@@ -295,7 +342,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace) -> int:
     from dpmarket.scenario.keys import explain
 
-    print(explain(args.key))
+    streams.say(explain(args.key))
     return 0
 
 
@@ -313,7 +360,7 @@ def _run(args: argparse.Namespace) -> int:
                                        oracle=args.oracle)
     finally:
         painter.close()
-    print(console.summary_table(result, out, args.oracle))
+    streams.say(console.summary_table(result, out, args.oracle))
     return STRICT_STATUS if args.strict and console.warned(result) else 0
 
 
@@ -321,18 +368,18 @@ def _timeline(args: argparse.Namespace) -> int:
     if args.trace is not None:
         from dpmarket.output.timeline import write_trace
 
-        print(write_trace(args.run_dir, args.trace, args.owners, args.t0, args.t1))
+        streams.say(write_trace(args.run_dir, args.trace, args.owners, args.t0, args.t1))
         return 0
     from dpmarket.output.figures import timeline as timeline_plot
 
-    print(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, table=args.table))
+    streams.say(timeline_plot.write(args.run_dir, args.owners, args.t0, args.t1, args.form, table=args.table))
     return 0
 
 
 def _forecast(args: argparse.Namespace) -> int:
     from dpmarket.runs import preview
 
-    print(preview.report(_load(args), args.recalibrate, progress=not args.quiet))
+    streams.say(preview.report(_load(args), args.recalibrate, progress=not args.quiet))
     return 0
 
 
@@ -349,9 +396,9 @@ def _market(args: argparse.Namespace) -> int:
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
                                  progress=not args.quiet, properties=args.properties)
     rows = compare.write(comparison, out)
-    print(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
+    streams.say(compare.table(rows, out, comparison.forecast_source, comparison.scenario))
     if args.properties:
-        print(compare.property_table(compare.property_rows(comparison)))
+        streams.say(compare.property_table(compare.property_rows(comparison)))
     return 0
 
 
@@ -368,14 +415,14 @@ def _audit(args: argparse.Namespace) -> int:
     result = audit(scenario, args.owner, runs, args.view, args.method, confidence=args.confidence,
                    progress=progress_of(not args.quiet))
     results.write_audit(result, out, facts, scenario.output.plots)
-    print(console.audit_table(result, out))
+    streams.say(console.audit_table(result, out))
     return console.audit_exit_status(result)
 
 
 def _scenarios() -> int:
     from dpmarket.scenario.bundled import listing
 
-    print(listing())
+    streams.say(listing())
     return 0
 
 
@@ -388,7 +435,7 @@ def _experiment(args: argparse.Namespace) -> int:
                       args.out, args.executor, args.workers, args.scheduler, not args.quiet)
     plan, out, how = command.plan(job)
     try:
-        print(command.run(plan, out, how))
+        streams.say(command.run(plan, out, how))
     except KeyboardInterrupt as stop:
         if not out.exists():  # stopped before any replication was saved: the directory was removed
             raise

@@ -93,6 +93,12 @@ class RunDirectoryError(DPMarketError):
     """An output directory that cannot be used (exists and is not empty, cannot be created)."""
 
 
+class OutputError(DPMarketError):
+    """An output that cannot go where it was sent: a path naming a device, a FIFO, a directory or a
+    socket where a file is written (it is left as it is), or a standard output that fails (a full
+    disk, ``/dev/full``)."""
+
+
 class MissingRunError(RunDirectoryError, FileNotFoundError):
     """A run directory to read that does not exist or is not a directory (a ``FileNotFoundError``)."""
 

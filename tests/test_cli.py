@@ -247,3 +247,33 @@ def test_market_workers_must_be_positive(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["market", str(path), "--policies", "auction", "--workers", "0"])
     assert done.value.code == 2 and "--workers" in capsys.readouterr().err
+
+
+ARGUMENT_ERRORS = [
+    ([], "dpmarket: error: the following arguments are required: command (see `dpmarket --help`)"),
+    (["run"], "dpmarket: error: run: the following arguments are required: SCENARIO "
+              "(see `dpmarket run --help`)"),
+    (["frobnicate"], "dpmarket: error: argument command: invalid choice: 'frobnicate' (choose from "),
+    (["run", "x.toml", "--seed", "abc"], "dpmarket: error: run: argument --seed: invalid int value: 'abc' "
+                                         "(see `dpmarket run --help`)"),
+    (["market", "x.toml", "--policies", "a", "--workers", "0"],
+     "dpmarket: error: market: argument --workers: must be >= 1, got 0 (see `dpmarket market --help`)"),
+    (["timeline", "r", "--format", "pdf"],
+     "dpmarket: error: timeline: argument --format: invalid choice: 'pdf'"),
+    (["run", "x.toml", "--bogus"], "dpmarket: error: run: unrecognized arguments: --bogus "
+                                   "(see `dpmarket run --help`)"),
+    (["run", "x.toml", "--out"], "dpmarket: error: run: argument --out: expected one argument"),
+]
+
+
+@pytest.mark.parametrize("args,expected", ARGUMENT_ERRORS,
+                         ids=[" ".join(args) or "(none)" for args, _ in ARGUMENT_ERRORS])
+def test_an_argument_error_is_one_line_naming_the_command_and_its_help(args, expected, capsys):
+    """argparse printed a usage block of up to five lines before its error line, and reported an
+    unknown option of a command from the top level (``dpmarket --help``)."""
+    with pytest.raises(SystemExit) as done:
+        main(args)
+    captured = capsys.readouterr()
+    assert done.value.code == 2 and captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith(expected), captured.err
+    assert "usage:" not in captured.err and captured.err.rstrip().endswith("--help`)")

@@ -14,7 +14,6 @@ the tables and the figures, is byte-identical for a given seed whatever the exec
 
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ def published(directory: Path) -> Iterator[Path]:
         yield staging
         with held_interrupt():
             for path in sorted(staging.iterdir()):
-                os.replace(path, directory / path.name)
+                files.place(path, directory / path.name)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

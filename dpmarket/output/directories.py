@@ -84,25 +84,29 @@ def run_directory(target: Path, identity: Identity) -> Iterator[Path]:
     """Yield a staging directory; on success it atomically becomes ``target``.
 
     Holds ``target``'s lock throughout (a second writer is refused) and, under it, removes the
-    staging directories of killed processes; any failure of the file system is one line.
+    staging directories of killed processes; any failure of the file system is one line. A
+    ``target`` that is a symbolic link is written through: the directory it points to is
+    replaced, the link stays (:func:`dpmarket.system.files.real`).
     """
     target = Path(target)
-    prefix = files.sibling_prefix(target)
-    with files.writing(target), files.locked(target):
+    where = files.real(target)
+    prefix = files.sibling_prefix(where)
+    with files.writing(target), files.locked(where):
         check(target, identity)
-        files.remove_stale_staging(target.parent, prefix)
-        staging = files.staging_dir(target.parent, prefix)
+        files.remove_stale_staging(where.parent, prefix)
+        staging = files.staging_dir(where.parent, prefix)
         try:
             yield staging
-            _publish(staging, target, prefix)
+            _publish(staging, where, prefix)
         finally:
             if staging.exists():
                 shutil.rmtree(staging)
 
 
 def _publish(staging: Path, target: Path, prefix: str) -> None:
-    """Move ``staging`` to ``target``; an old ``target`` is first renamed to a staging-like name,
-    so that even a process killed in between leaves nothing a later run would not remove."""
+    """Move ``staging`` to ``target`` (no link: see :func:`run_directory`); an old ``target`` is
+    first renamed to a staging-like name, so that even a process killed in between leaves nothing a
+    later run would not remove."""
     with processes.held():
         old = None
         if target.exists():

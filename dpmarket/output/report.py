@@ -19,11 +19,12 @@ import base64
 import html
 import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from dpmarket.system import files
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -112,18 +113,11 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
 def write_report(directory: Path, title: str, blocks: list[Block]) -> Path:
-    """Render ``blocks`` into ``directory/report.html`` atomically; return its path."""
+    """Render ``blocks`` into ``directory/report.html`` atomically (the one writer,
+    :func:`dpmarket.system.files.write_atomic`); return its path."""
     page = render(title, blocks)
     target = Path(directory) / REPORT_NAME
-    # A hidden sibling (same filesystem, so the rename is atomic) with the usual permissions.
-    staging = target.with_name(f".{REPORT_NAME}.{os.getpid()}.tmp")
-    try:
-        with open(staging, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(page)
-        os.replace(staging, target)
-    finally:
-        if os.path.exists(staging):
-            os.unlink(staging)
+    files.write_atomic(target, lambda temp: temp.write_text(page, encoding="utf-8", newline="\n"))
     return target
 
 

@@ -89,6 +89,8 @@ def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = No
     from dpmarket.system import files
 
     path, target = Path(run_dir), Path(target)
+    with files.writing(target):
+        files.destination(target)  # a device, a FIFO or a directory is refused before any work
     scenario, summary, names = settings(path)
     timing = spans.timing_of(scenario, summary)
     start, stop = (0.0 if t0 is None else t0), (timing.end if t1 is None else t1)

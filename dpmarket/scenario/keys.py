@@ -166,8 +166,10 @@ class Key:
 def find(path: str) -> Key | None:
     """The key at dotted ``path`` (list items by index or not: ``owners.0.epsilon``, ``owners.epsilon``);
     None for the empty path (the whole scenario). An unknown part is a one-line ScenarioError with
-    the closest known key."""
-    parts = [p for p in path.split(".") if p and not p.isdigit()] if path else []
+    the closest known key, and so is a path that is not one: an empty part (``.``, ``privacy.``,
+    ``a..b``) or a list index with no key before it (``0``)."""
+    _check_path(path)
+    parts = [p for p in path.split(".") if not p.isdigit()] if path else []
     models: list[type[BaseModel]] = [Scenario]
     found: Key | None = None
     for depth, part in enumerate(parts):
@@ -185,10 +187,23 @@ def find(path: str) -> Key | None:
     return found
 
 
+def _check_path(path: str) -> None:
+    """A ScenarioError naming ``path`` unless it is empty or dotted keys, each list index after a key."""
+    if not path:
+        return
+    parts = path.split(".")
+    if "" in parts:
+        raise ScenarioError("explain", path, _MISSING, "not a key path: a part between dots is empty "
+                            "(write keys as --set takes them: privacy.epsilon, owners.0.epsilon)")
+    if parts[0].isdigit():
+        raise ScenarioError("explain", path, _MISSING, f"not a key path: the list index {parts[0]} follows "
+                            "no key (write keys as --set takes them: owners.0.epsilon)")
+
+
 def known_at(loc: list | tuple) -> list[str]:
     """The keys a table at location ``loc`` (a pydantic error location, list indices included)
     accepts: what an unknown key there could have meant."""
-    path = ".".join(str(p) for p in loc if isinstance(p, str))
+    path = ".".join(str(p) for p in loc if isinstance(p, str) and p)
     try:
         key = find(path)
     except ScenarioError:

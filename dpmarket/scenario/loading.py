@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -38,6 +39,7 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     """Read, override and validate a scenario file; every failure is a ScenarioError."""
     path = Path(path)
     source = str(path)
+    refuse_special(path, source, "")
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -87,6 +89,7 @@ def _resolve_trace(table: dict, base: Path, source: str) -> None:
     if not isinstance(trace, str):
         return
     resolved = Path(trace) if Path(trace).is_absolute() else (base / trace).resolve()
+    refuse_special(resolved, source, "network.availability", trace)
     if not resolved.is_file():
         raise ScenarioError(source, "network.availability", trace, "no such file")
     net["availability"] = str(resolved)
@@ -100,10 +103,24 @@ def _resolve_data_path(table: dict, base: Path, source: str | None = None) -> No
         return
     resolved = Path(value).expanduser()
     resolved = resolved if resolved.is_absolute() else (base / resolved).resolve()
+    if source is not None:
+        refuse_special(resolved, source, "data.path", value)
     if source is not None and not resolved.is_file():
         raise ScenarioError(source, "data.path", value,
                             "no such file; point to the records with --set data.path=FILE")
     data["path"] = str(resolved)
+
+
+def refuse_special(path: Path, source: str, key: str, value: Any = _MISSING) -> None:
+    """A ScenarioError when ``path`` (the scenario file, or the file ``key`` names) is something
+    other than a regular file: reading a FIFO blocks until something writes into it (for ever, for a
+    FIFO nobody feeds), a device may never end, and a directory is no table. Checked before it is
+    opened, so it is one line at once."""
+    what = files.not_regular(path)
+    if what is not None:
+        shown = "" if value is _MISSING or str(value) == str(path) else f" ({path})"
+        raise ScenarioError(source, key, value, f"is {what}{shown}, not a regular file: dpmarket reads "
+                            "only regular files (a FIFO or a device could keep it waiting for ever)")
 
 
 def file_digests(scenario: Scenario, keys: tuple[str, ...] = ("data.path", "network.availability")

@@ -1,5 +1,5 @@
-"""What every stage leans on, and none of the mathematics: files, signals, progress, memory and
-reproducibility.
+"""What every stage leans on, and none of the mathematics: files, signals, progress, the standard
+streams, memory and reproducibility.
 
 Modules:
 
@@ -8,6 +8,8 @@ Modules:
 - :mod:`~dpmarket.system.processes`: Ctrl-C and SIGTERM end a command the same way; helper
   processes never outlive their parent
 - :mod:`~dpmarket.system.progress`: long phases shown on a terminal, kept out of the maths
+- :mod:`~dpmarket.system.streams`: what a command prints, readable on an ASCII terminal, and a
+  failing standard output reported in one line
 - :mod:`~dpmarket.system.memory`: sizes that cannot fit, refused before any work with the size
   they would need
 - :mod:`~dpmarket.system.reproducibility`: what a seed gives back on this machine and on another,

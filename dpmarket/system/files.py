@@ -10,6 +10,13 @@ An output directory ``D`` is written by one process at a time: the writer holds 
 line. The kernel releases the lock when its holder dies, however it dies, so whoever holds it
 knows that any staging directory of ``D`` (``.D.XXXXXXXX``, :func:`staging_dir`) was left by a
 process that is gone, and removes it (:func:`remove_stale_staging`).
+
+Every file dpmarket writes where a user may have put something goes through one writer,
+:func:`write_atomic` (or :func:`place` for a file staged whole): it writes through symbolic links —
+the file a link points to is replaced, the link stays — and refuses, in one line and before any
+work, a path naming what is neither a regular file nor nothing (a device, a FIFO, a directory, a
+socket), which a rename would otherwise have replaced by a file. Run directories are written
+through a link to a directory the same way (:func:`real`).
 """
 
 from __future__ import annotations
@@ -22,13 +29,14 @@ import math
 import os
 import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dpmarket.errors import RunDirectoryError
+from dpmarket.errors import OutputError, RunDirectoryError
 
 try:
     import fcntl
@@ -123,8 +131,10 @@ def lock_path(target: Path) -> Path:
 def locked(target: Path) -> Iterator[None]:
     """Hold the exclusive lock of output directory ``target`` (creating its parent if needed);
     another process holding it is one :class:`RunDirectoryError`. The lock file is removed on
-    release; a new holder checks that the file it locked is still the one on disk."""
-    target = Path(target)
+    release; a new holder checks that the file it locked is still the one on disk. The lock of a
+    directory named through a symbolic link lies beside the directory the link points to, so two
+    writers naming it differently still meet there."""
+    target = real(target)
     if fcntl is None:
         yield
         return
@@ -190,19 +200,84 @@ def _inside(path: Path, directory: Path) -> bool:
 
 
 def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(temp)`` on a hidden sibling of ``path``, then rename it over ``path``: a
-    reader never sees half a file, and a failure leaves ``path`` as it was. A failing file
-    system (full disk, permissions…) is one :class:`RunDirectoryError` naming ``path``."""
+    """Call ``write(temp)`` on a hidden file beside the file ``path`` names, then rename it over that
+    file: a reader never sees half a file, and a failure leaves it as it was. ``path`` may be a
+    symbolic link: the file it points to is replaced and the link kept (:func:`destination`);
+    anything but a regular file or nothing is refused before ``write`` is called. A replaced file
+    keeps its permissions, a new one has the umask's. A failing file system (full disk,
+    permissions…) is one :class:`RunDirectoryError` naming ``path``."""
     with writing(path):
-        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        target = destination(path)
+        fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         try:
-            as_if_created(temp)
+            _take_mode(temp, target)
             write(Path(temp))
-            os.replace(temp, path)
+            os.replace(temp, target)
         finally:
             if os.path.exists(temp):
                 os.unlink(temp)
+
+
+def place(staged: Path, path: Path) -> None:
+    """Move the finished file ``staged`` to ``path`` as :func:`write_atomic` writes it: through a
+    symbolic link, never over what is not a regular file, keeping a replaced file's permissions;
+    renamed when both lie on one file system, else copied beside the target and renamed."""
+    with writing(path):
+        target = destination(path)
+        _take_mode(staged, target)
+        try:
+            os.replace(staged, target)
+        except OSError as exc:
+            if exc.errno != errno.EXDEV:
+                raise
+            write_atomic(target, lambda temp: shutil.copyfile(staged, temp))
+
+
+def destination(path: Path) -> Path:
+    """The file that writing to ``path`` replaces: ``path``, or the end of the symbolic links it
+    starts (the links stay as they are). What is there must be a regular file or nothing:
+    replacing a device, a FIFO, a directory or a socket by a file would harm what is outside the
+    results (as root, ``/dev/sda``), and writing into one may block for ever or send the results
+    nowhere, so it is one :class:`OutputError` naming ``path``."""
+    target = real(path)
+    what = not_regular(target)
+    if what is not None:
+        via = "" if target == Path(path).absolute() else f" (through a link: {target})"
+        raise OutputError(f"{path}: is {what}{via}, not a regular file: dpmarket replaces only regular "
+                          f"files (it was left as it is); name a file")
+    return target
+
+
+def real(path: str | Path) -> Path:
+    """``path`` with every symbolic link followed (absolute): where a write to it lands."""
+    return Path(os.path.realpath(path))
+
+
+def not_regular(path: str | Path) -> str | None:
+    """What ``path`` names (following links) when that is neither a regular file nor nothing: "a
+    directory", "a FIFO (named pipe)", "a character device", "a block device", "a socket"; None
+    for a regular file or for nothing. Never opens it (opening a FIFO blocks until a writer
+    comes)."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _take_mode(temp: str | Path, target: Path) -> None:
+    """Give ``temp`` the permissions of ``target`` if it exists (as ``>`` keeps them), else the
+    umask's (``tempfile`` makes files 0600)."""
+    try:
+        os.chmod(temp, stat.S_IMODE(os.stat(target).st_mode))
+    except FileNotFoundError:
+        as_if_created(temp)
 
 
 def first_difference(a: Any, b: Any, where: str = "") -> str | None:

@@ -5,6 +5,7 @@ the run's; owners sampled and detail cut beyond the documented sizes, and the fi
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -218,3 +219,28 @@ def test_a_market_in_time_has_its_counters(tmp_path):
     assert counters["participants"] == log["kind"].isin(["join", "leave"]).sum()
     paid = [e["args"]["payments"] for e in document["traceEvents"] if e.get("name") == "payments"]
     assert paid[-1] == pytest.approx(log.loc[log["kind"] == "payment", "amount"].sum())
+
+
+def test_the_trace_is_written_through_a_link_and_refused_on_what_is_not_a_file(run, tmp_path, capsys):
+    """``--trace LINK`` writes the file the link points to (the old command replaced the link by a
+    regular file); a FIFO, a directory or a device (``/dev/null`` through a link, so that the old
+    command could only have replaced the link) is one line, exit 2, left as it was."""
+    target = tmp_path / "kept" / "t.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    (tmp_path / "link.json").symlink_to(target)
+    document = written(run, tmp_path / "link.json")
+    assert (tmp_path / "link.json").is_symlink() and format_problems(document) == []
+    capsys.readouterr()
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "null.json").symlink_to("/dev/null")
+    for name in ("fifo.json", "kept", "null.json"):
+        before = os.lstat(tmp_path / name)
+        assert main(["timeline", str(run), "--trace", str(tmp_path / name)]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and captured.err.count("\n") == 1
+        assert captured.err.startswith(f"dpmarket: error: {tmp_path / name}: is ")
+        assert "not a regular file" in captured.err
+        after = os.lstat(tmp_path / name)
+        assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+    assert sorted(p.name for p in (tmp_path / "kept").iterdir()) == ["t.json"]

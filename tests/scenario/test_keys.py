@@ -68,6 +68,21 @@ def test_an_unknown_key_gets_the_closest_known_one(typo, hint, capsys):
     assert err.count("\n") == 1 and f"did you mean {hint}?" in err
 
 
+@pytest.mark.parametrize("path, why", [(".", "a part between dots is empty"),
+                                       ("..", "a part between dots is empty"),
+                                       ("privacy.", "a part between dots is empty"),
+                                       ("privacy..epsilon", "a part between dots is empty"),
+                                       ("0", "the list index 0 follows no key")])
+def test_a_path_that_is_no_key_path_is_one_line_naming_it(path, why, capsys):
+    """The old ``explain`` dropped the empty parts and the leading index, and printed the tree of
+    every key (``.``, ``..``, ``0``) or the section (``privacy.``) with exit 0."""
+    assert main(["explain", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert captured.err.startswith(f"dpmarket: error: explain: {path}: not a key path: {why} ")
+    assert keys.explain("owners.0.epsilon").startswith("owners.epsilon = ")  # an index after a key is fine
+
+
 @pytest.mark.parametrize("override, hint", [
     ("privacy.epsilom=3", "privacy.epsilom = 3: unknown key; did you mean 'epsilon'?"),
     ("privcy.epsilon=3", "unknown key; did you mean 'privacy'?"),
