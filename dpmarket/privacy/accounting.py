@@ -591,6 +591,14 @@ def multiplier_table(mechanism: str, accountant: str, answers: int, delta: float
     return MultiplierTable(mechanism, accountant, answers, delta)
 
 
+def proved_epsilon(guarantee: Guarantee, multiplier: float, answers: int) -> float:
+    """The least ε at the guarantee's δ that a valid accountant proves for ``answers`` answers of noise
+    multiplier z — basic composition's, the guarantee's accountant's, under PLD also RDP's — as
+    :func:`calibration` chooses: what an owner with that noise leaks (an audit's leakier owners)."""
+    g = guarantee
+    return multiplier_table(g.mechanism, g.accountant, int(answers), g.delta)._epsilon(multiplier)
+
+
 def multipliers(mechanism: str, accountant: str, answers, epsilons, deltas):
     """z for arrays of (m, ε, δ) (broadcast together) from the shared tables: the forecast's noise."""
     import numpy as np
