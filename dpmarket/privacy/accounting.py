@@ -507,9 +507,9 @@ class MultiplierTable:
             if self.accountant == "basic":
                 return basic
             found = [basic]
-            for tight in (self._tight_epsilon, self._rdp_epsilon if self.accountant == "pld" else None):
+            for proof in [self._tight_epsilon] + ([self._rdp_epsilon] if self.accountant == "pld" else []):
                 try:
-                    found.append(tight(z) if tight is not None else math.inf)
+                    found.append(proof(z))
                 except LIBRARY_FAILURES:  # its numerics give up at this δ: the others' proofs stand
                     continue
         return min(e for e in found if not math.isnan(e))
