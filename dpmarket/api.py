@@ -628,8 +628,9 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
 class Audit:
     """An empirical privacy audit (``dpmarket audit``): ``table`` (one row per adversary: error counts,
     rates and their exact upper bounds, the ε they prove, the claimed ε and δ), ``scores`` (every run's
-    score), ``summary`` (the summary.json content), ``passed`` (the lower bound does not exceed the
-    claim), ``result`` (everything in memory) and ``out`` (its directory, if written)."""
+    score), ``summary`` (the summary.json content), ``verdict`` (``"pass"``, ``"fail"`` or
+    ``"inconclusive"``), ``passed`` (the verdict is a pass), ``result`` (everything in memory) and
+    ``out`` (its directory, if written)."""
 
     scenario: Scenario
     summary: dict
@@ -638,6 +639,7 @@ class Audit:
     passed: bool
     result: Any = field(repr=False)
     out: Path | None = None
+    verdict: str = ""
 
 
 @checked
@@ -668,4 +670,4 @@ def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = N
         results.write_audit(result, out, facts, resolved.output.plots)
     return Audit(resolved, results.audit_summary(result, facts), pd.DataFrame(result.rows()),
                  pd.DataFrame(results.score_rows(result), columns=["view", "world", "run", "half", "score"]),
-                 result.passed, result, out)
+                 result.passed, result, out, result.verdict)

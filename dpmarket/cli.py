@@ -203,9 +203,11 @@ def _parser() -> argparse.ArgumentParser:
         "Run the scenario's protocol many times on two neighbouring datasets (one record of one owner "
         "replaced by a worst-case canary) and let an adversary that sees what the learner sees tell them "
         "apart: its error rates prove a lower bound on the owner's epsilon, with exact (Clopper-Pearson) "
-        "confidence, printed against the epsilon it claims; writes a table, every run's score, a ROC "
-        "figure and summary.json. Exit status 0 when the bound does not exceed the claim, 3 when it does, 2 "
-        "on bad input."))
+        "confidence, printed against the epsilon it claims, with the smallest violation the runs could "
+        "detect; writes a table, every run's score, a ROC figure and summary.json. Exit status 0 for a "
+        "pass (no violation, and the runs detect one within twice the claim), 3 for a fail (the bound "
+        "exceeds the claim), 4 when inconclusive (no violation, but the runs could not have shown one "
+        "near the claim), 2 on bad input."))
     au.add_argument("scenario", metavar="SCENARIO", help=SCENARIO_HELP)
     au.add_argument("--owner", type=int, help="the owner audited (default: the first that takes part)")
     au.add_argument("--runs", type=_positive, metavar="R",

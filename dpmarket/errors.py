@@ -151,7 +151,7 @@ class CalibrationError(DPMarketError, ValueError):
 
 
 class DeltaError(CalibrationError):
-    """A δ no calibration can honour: so small that δ/m_i underflows, or so large (δ ≥ 1/n_i) that the
+    """A δ no calibration can honour: 0 for Gaussian answers, or so large (δ ≥ 1/n_i) that the
     guarantee says nothing (a mechanism that publishes a record outright with probability δ meets
     it); the caller names ``privacy.delta`` (or the owner's own δ)."""
 

@@ -40,10 +40,15 @@ from dpmarket.errors import KernelError, one_line, warn
 VARIABLE = "DPMARKET_KERNEL"
 CHOICES = ("auto", "numpy", "numba")
 BACKENDS = ("numpy", "numba")
-# Record × feature reads of answers and ψ from which ``auto`` takes numba: its start-up (0.9–1.5 s per
-# process, docs/how-to/performance.md) against the 0.14–0.21 ns it saves per read; the runs of an
+# Record × feature reads of answers and ψ from which ``auto`` takes numba: where one run's time under
+# numba (its start-up, about 1 s of CPU per process, plus its reads) falls below numpy's. Measured end to
+# end by benchmarks/bench_kernel_choice.py (a logistic run, 3 × 20,000 records, p = 11, T = 2,000–16,000,
+# fresh processes, medians of 3 rounds; 2 shared cores, load average 5): the two kernels' lines cross at
+# 2.2·10⁹ reads (2.21 and 2.22·10⁹ of CPU time in two sessions, 2.25·10⁹ of wall time), numba's
+# start-up 1.0–1.1 s of CPU against the 0.43–0.49 ns it saves per read; at T = 16,000 (3.65·10⁹ reads)
+# numba took 0.81–0.82 of numpy's CPU time. Hence 2·10⁹ (docs/how-to/performance.md). The runs of an
 # experiment share a worker's start-up, a few hundred of them at least.
-AUTO_READS = 1e10
+AUTO_READS = 2e9
 AUTO_READS_REPLICATED = 5e7
 
 _state = threading.local()  # the backend pinned in this thread, if any (Dask runs tasks in threads)

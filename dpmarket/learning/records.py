@@ -119,17 +119,32 @@ def _buffer(name: str, size: int, dtype=float) -> np.ndarray:
 
 _NEGATED: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id(y) → (y, −y) of the owners answering lately
 NEGATED_VALUES = 1 << 22  # values kept negated at most (32 MiB), then forgotten together
+_negated_values = 0  # Σ len(−y) over _NEGATED: a running total, so that a miss reads no other entry
+_negated_lock = threading.Lock()  # misses only (threads of one process share the cache)
 
 
 def _negated(y: np.ndarray) -> np.ndarray:
     """−y, kept for the labels and clip limits of the owners answering lately (an owner answers many
-    times with the same arrays)."""
+    times with the same arrays).
+
+    A miss keeps the count of values held as a running total instead of summing every entry's size:
+    with thousands of owners answering in turn, that sum made each answer cost time in proportion to
+    the owners cached (a quarter of a 10,000-owner run)."""
     found = _NEGATED.get(id(y))
-    if found is None or found[0] is not y:
-        if sum(len(v[1]) for v in _NEGATED.values()) + len(y) > NEGATED_VALUES:
+    if found is not None and found[0] is y:
+        return found[1]
+    global _negated_values
+    with _negated_lock:
+        stale = _NEGATED.pop(id(y), None)  # another array's, whose id this one reuses
+        if stale is not None:
+            _negated_values -= len(stale[1])
+        if _negated_values + len(y) > NEGATED_VALUES:
             _NEGATED.clear()
-        found = _NEGATED[id(y)] = (y, np.negative(y))
-    return found[1]
+            _negated_values = 0
+        negated = np.negative(y)
+        _NEGATED[id(y)] = (y, negated)
+        _negated_values += len(negated)
+    return negated
 
 
 def _margins(ZT: np.ndarray, thetas: np.ndarray) -> np.ndarray:

@@ -233,8 +233,11 @@ def _where(meta: dict) -> str:
 
 # --- an audit (``dpmarket audit``) ----------------------------------------------------------------
 
-# Exit status of an audit whose lower bound exceeds the claim (0: it does not; 2: a user error).
+# Exit status of an audit: 0 for a pass, VIOLATION when the lower bound exceeds the claim, INCONCLUSIVE
+# when it does not but the runs could not have shown a violation near the claim (never 0: a script that
+# tests the status must not read it as a pass); 2 is a user error.
 VIOLATION = 3
+INCONCLUSIVE = 4
 
 
 def audit_table(result: AuditResult, out: Path | None = None) -> str:
@@ -260,12 +263,15 @@ def audit_table(result: AuditResult, out: Path | None = None) -> str:
         else:
             lines.append(f"by one run  {a.correct:,} of {a.guesses:,} canaries guessed right: ε ≥ "
                          f"{a.epsilon_lower:.4g} ({1 - a.level:.0%} confidence)")
-    lines += ["", f"verdict       {result.verdict}"]
+    lines.append("")
+    if result.power_measured:
+        lines.append(f"detectable    {result.detectable}: the least violation these runs catch")
+    lines.append(f"verdict       {result.conclusion}")
     if out is not None:
         lines.append(f"written to    {out}")
     return "\n".join(lines)
 
 
 def audit_exit_status(result: AuditResult) -> int:
-    """0 when the lower bound does not exceed the claim, :data:`VIOLATION` when it does."""
-    return 0 if result.passed else VIOLATION
+    """0 for a pass, :data:`VIOLATION` for a fail, :data:`INCONCLUSIVE` for an inconclusive audit."""
+    return {"pass": 0, "fail": VIOLATION, "inconclusive": INCONCLUSIVE}[result.verdict]

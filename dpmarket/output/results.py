@@ -235,7 +235,7 @@ def check_oracle_free(scenario, oracle: bool) -> None:
 # | file | content |
 # | --- | --- |
 # | ``scenario.toml`` | the resolved scenario audited |
-# | ``summary.json`` | the owner, its claimed (ε, δ), the canary, each adversary's bound, the verdict |
+# | ``summary.json`` | the owner, its claim, the canary, each adversary's bound, the detectable ε, verdict |
 # | ``audit.csv`` | the table: one row per adversary (error counts, rates and their exact upper bounds, ε) |
 # | ``scores.csv`` | every run's score by each adversary (world, run, half: threshold or count) |
 # | ``audit_roc.png`` | each adversary's ROC curve against the claimed (ε, δ) frontier |
@@ -266,7 +266,9 @@ def audit_summary(result: AuditResult, facts: dict) -> dict:
             "sensitivity": result.sensitivity, "answers_seen_per_run": result.answers_seen,
             "neighbouring": "replace-one: the two worlds differ in one record of this owner, n_i unchanged",
             "canary": result.canary, "epsilon_lower": result.epsilon_lower,
-            "passed": result.passed, "verdict": result.verdict, "adversaries": result.rows(),
+            "epsilon_detectable": result.epsilon_detectable if result.power_measured else None,
+            "leak_detectable": result.leak_detectable, "verdict": result.verdict,
+            "passed": result.passed, "conclusion": result.conclusion, "adversaries": result.rows(),
             "reproducibility": reproducibility.statement()}
 
 

@@ -15,9 +15,12 @@ accountants.
 (ε/m, δ/m)-DP composes to (ε, δ)), and at very small δ (or few answers) it proves the guarantee with
 *less* noise than RDP or PLD, whose conversions to (ε, δ) and discretisations are loose there (PLD
 needed 70–445 times basic's Gaussian noise and 667 times its Laplace noise at δ = 10⁻¹⁰⁰…5·10⁻³²⁴).
-So :func:`calibration` takes the least noise among the accountants that prove the guarantee — the
-scenario's, and basic composition — and says which one it used; an owner then keeps that
-accountant's ledger.
+At δ ≤ 10⁻³⁰ PLD's grid (its truncated tails) also needs far more noise than RDP (Gaussian answers,
+ε = 10, δ = 10⁻³⁰, m = 200: z = 7,558 against RDP's 16.8). So :func:`calibration` takes the least noise
+among the accountants that prove the guarantee — the scenario's, basic composition, and under PLD also
+RDP — and says which one it used; an owner then keeps that accountant's ledger. Basic composition's
+share δ/m of a Gaussian answer is kept in 80 digits where it falls below the doubles' normal range
+(:func:`delta_share`), so basic composition proves every δ > 0.
 
 Neighbouring datasets differ in one record of one owner, every owner's size n_i public and
 unchanged (replace-one; docs/how-to/privacy.md). One answer's sensitivity Δ (2Ξ/n_i,
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 from dataclasses import dataclass, replace
 
 from dpmarket.errors import CalibrationError, DeltaError
@@ -76,30 +80,48 @@ class Calibration:
 @functools.lru_cache(maxsize=4096)
 def calibration(guarantee: Guarantee, answers: int) -> Calibration:
     """The least noise that a valid accountant proves lets ``answers`` answers compose to the
-    guarantee's (ε, δ): its own accountant's, or basic composition's where that is less (basic is
-    always valid), with the name of the one used.
+    guarantee's (ε, δ): its own accountant's, basic composition's (always valid), or — under PLD —
+    RDP's, whichever is least, with the name of the one used.
 
-    A CalibrationError when neither reaches (ε, δ); a :class:`~dpmarket.errors.DeltaError` when δ is
-    what makes the calibration impossible (δ/m_i underflows). Cached per (guarantee, m).
+    A CalibrationError when none reaches (ε, δ); a :class:`~dpmarket.errors.DeltaError` when δ is what
+    makes the calibration impossible. Cached per (guarantee, m). dp-accounting's floating-point warnings
+    at extreme δ (a log of 0 inside its search, handled there) are not shown: the results are checked.
     """
+    with quiet():
+        return _least(guarantee, answers)
+
+
+def _least(guarantee: Guarantee, answers: int) -> Calibration:
+    """:func:`calibration`, uncached."""
     g = guarantee
     try:
-        basic = _basic(g, answers)
+        found = [Calibration(_basic(g, answers), "basic")]
     except DeltaError as degenerate:
-        basic, why = None, degenerate
+        found, why = [], degenerate
     if g.accountant == "basic":
-        if basic is None:
+        if not found:
             raise why
-        return Calibration(basic, "basic")
-    try:
-        tight = _tight(g, answers)
-    except CalibrationError:
-        if basic is None:
-            raise why from None
-        return Calibration(basic, "basic")
-    if basic is not None and basic <= tight:
-        return Calibration(basic, "basic")
-    return Calibration(tight, g.accountant)
+        return found[0]
+    # PLD discretises the privacy loss on a grid and truncates its tails: at δ ≤ 10⁻³⁰ its proof needs up
+    # to 10⁴ times the noise RDP's does (Gaussian answers, δ = 10⁻³⁰, ε = 10, m = 200: z = 7,558 against
+    # RDP's 16.8 and basic's 225), so under PLD the RDP accountant is asked too
+    for accountant in dict.fromkeys((g.accountant, "rdp") if g.accountant == "pld" else (g.accountant,)):
+        try:
+            found.append(Calibration(_tight(g.using(accountant), answers), accountant))
+        except CalibrationError:
+            continue
+    if not found:
+        raise why
+    return min(found, key=lambda c: c.multiplier)  # ties: the first, basic's
+
+
+def quiet():
+    """numpy's floating-point warnings switched off around dp-accounting's numerics: at extreme δ its
+    searches take logs of 0 and overflow on the way (``divide by zero in log1p``), which it handles and
+    whose results are checked here; they must not reach the user's terminal."""
+    import numpy as np
+
+    return np.errstate(all="ignore")
 
 
 def noise_multiplier(guarantee: Guarantee, answers: int) -> float:
@@ -117,7 +139,22 @@ def _basic(guarantee: Guarantee, answers: int) -> float:
     g = guarantee
     if g.mechanism == "laplace":
         return answers / g.epsilon
-    return basic_gaussian(g.epsilon / answers, g.delta / answers * (1.0 - 4.0 * UNIT), g.delta)
+    return basic_gaussian(g.epsilon / answers, delta_share(g.delta, answers), g.delta)
+
+
+def delta_share(delta: float, answers: int):
+    """δ/m, each of m answers' share of δ under basic composition, such that m shares never exceed δ:
+    a double rounded down (by 4 units in the last place) where δ/m is a normal double; else an 80-digit
+    mpmath number (rounded down by 10⁻⁶⁰). Below 2.2·10⁻³⁰⁸ a double keeps too few bits for the shares to
+    add up within δ (a subnormal's rounding is up to half its 4.9·10⁻³²⁴ step), and at δ = 5·10⁻³²⁴ the
+    share underflowed to 0 — where basic composition still proves the guarantee."""
+    share = delta / answers * (1.0 - 4.0 * UNIT)
+    if share >= sys.float_info.min or delta <= 0.0:
+        return share
+    import mpmath
+
+    with mpmath.workdps(80):
+        return mpmath.mpf(delta) / answers * (1 - mpmath.mpf(10) ** -60)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -125,15 +162,16 @@ def basic_gaussian(epsilon: float, delta: float, whole: float | None = None) -> 
     """σ (per unit of L2 sensitivity) of one Gaussian answer that is (ε, δ)-DP: the analytic Gaussian
     mechanism's (dp-accounting) for ε(1 − MARGIN), checked in 80-digit arithmetic at (ε, δ); where
     the library's σ fails that check (or fails), the least σ that passes it, by bisection in the same
-    arithmetic. A DeltaError when δ underflows to 0 (``whole``: the scenario's δ, for the message)."""
+    arithmetic. ``delta`` may be an mpmath number below the doubles' range (:func:`delta_share`: the
+    library is not asked then). A DeltaError at δ = 0 (``whole``: the scenario's δ, for the message)."""
     if not delta > 0.0:
-        raise DeltaError(f"δ/m = {delta:g} underflows (δ = {whole if whole is not None else delta:g}): "
+        raise DeltaError(f"δ/m = {float(delta):g} (δ = {whole if whole is not None else delta:g}): "
                          "no Gaussian noise is (ε, δ)-DP at δ = 0")
     from dp_accounting import get_sigma_gaussian
 
     target = epsilon * (1.0 - MARGIN)
     try:
-        sigma = float(get_sigma_gaussian(target, delta))
+        sigma = float(get_sigma_gaussian(target, delta)) if isinstance(delta, float) else math.nan
     except LIBRARY_FAILURES:
         sigma = math.nan
     if math.isfinite(sigma) and sigma > 0 and _gaussian_delta(sigma, epsilon) <= delta:
@@ -152,9 +190,27 @@ def _gaussian_delta(sigma: float, epsilon: float):
         return mpmath.ncdf(1 / (2 * s) - e * s) - mpmath.exp(e) * mpmath.ncdf(-1 / (2 * s) - e * s)
 
 
+def _gaussian_epsilon(sigma: float, delta) -> float:
+    """The least ε (to 10⁻¹² relative, rounded up) at which one Gaussian answer of σ is (ε, δ)-DP, in
+    80-digit arithmetic: where δ is below the doubles' range (:func:`delta_share`)."""
+    if _gaussian_delta(sigma, 0.0) <= delta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while _gaussian_delta(sigma, hi) > delta:
+        lo, hi = hi, 2.0 * hi
+        if hi > 1e300:
+            return math.inf
+    while hi - lo > 1e-12 * hi:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if _gaussian_delta(sigma, mid) <= delta else (mid, hi)
+    return hi
+
+
 def _bisect_gaussian(target: float, epsilon: float, delta: float) -> float:
     """The least σ (to 10⁻¹² relative) whose δ at ``target`` ≤ ``delta``, verified at ``epsilon``."""
-    lo, hi = 1e-300, max(1.0, math.sqrt(2.0 * math.log(1.25 / delta))) / target
+    import mpmath
+
+    lo, hi = 1e-300, max(1.0, math.sqrt(2.0 * float(mpmath.log(mpmath.mpf(1.25) / delta)))) / target
     while _gaussian_delta(hi, target) > delta:  # the classical bound holds only for ε < 1
         lo, hi = hi, 2.0 * hi
         if not math.isfinite(hi):  # ε/m so small that σ overflows: ε's key is named
@@ -165,7 +221,7 @@ def _bisect_gaussian(target: float, epsilon: float, delta: float) -> float:
         mid = math.sqrt(lo * hi)
         lo, hi = (lo, mid) if _gaussian_delta(mid, target) <= delta else (mid, hi)
     if not _gaussian_delta(hi, epsilon) <= delta:  # unreachable: δ falls as σ grows, target < ε
-        raise DeltaError(f"the Gaussian's δ at σ = {hi!r} cannot be shown below {delta:g}")
+        raise DeltaError(f"the Gaussian's δ at σ = {hi!r} cannot be shown below {float(delta):g}")
     return hi
 
 
@@ -371,6 +427,11 @@ class EpsilonCurve:
         return self.values[answers - 1] if answers > 0 else 0.0
 
     def _next(self) -> float:
+        with quiet():
+            return self._compose_one_more()
+
+    def _compose_one_more(self) -> float:
+        """ε after one answer more than :attr:`values` holds."""
         j = len(self.values) + 1
         if self.accountant == "rdp":
             from dp_accounting.rdp import rdp_privacy_accountant as rdp
@@ -439,30 +500,39 @@ class MultiplierTable:
 
     def _epsilon(self, z: float) -> float:
         """ε at δ of m answers of multiplier z: the least that a valid accountant proves (the
-        table's, or basic composition's), as :func:`calibration` chooses the owners' noise."""
-        basic = self._basic_epsilon(z)
-        if self.accountant == "basic":
-            return basic
-        try:
-            tight = self._tight_epsilon(z)
-        except LIBRARY_FAILURES:  # its numerics give up at this δ: basic composition's proof stands
-            return basic
-        return min(basic, tight) if math.isfinite(tight) else basic
+        table's, basic composition's, or under PLD RDP's), as :func:`calibration` chooses the owners'
+        noise."""
+        with quiet():
+            basic = self._basic_epsilon(z)
+            if self.accountant == "basic":
+                return basic
+            found = [basic]
+            for proof in [self._tight_epsilon] + ([self._rdp_epsilon] if self.accountant == "pld" else []):
+                try:
+                    found.append(proof(z))
+                except LIBRARY_FAILURES:  # its numerics give up at this δ: the others' proofs stand
+                    continue
+        return min(e for e in found if not math.isnan(e))
 
     def _basic_epsilon(self, z: float) -> float:
         """Basic composition's ε of m answers of z: m/z for Laplace, m shares of δ/m each for the
-        Gaussian (exact per answer)."""
+        Gaussian (exact per answer; in 80 digits where δ/m is not a normal double, :func:`delta_share`)."""
         m, delta = self.answers, self.delta
         if self.mechanism == "laplace":
             return m / z
-        import numpy as np
+        share = delta_share(delta, m)
+        if not isinstance(share, float):
+            return m * _gaussian_epsilon(z, share)
         from dp_accounting import get_epsilon_gaussian
 
-        with np.errstate(divide="ignore"):  # log1p(−1) inside: δ(0) = 1 at tiny noise, handled
-            try:
-                return m * float(get_epsilon_gaussian(z, delta / m))
-            except LIBRARY_FAILURES:
-                return math.inf
+        try:
+            return m * float(get_epsilon_gaussian(z, delta / m))
+        except LIBRARY_FAILURES:
+            return math.inf
+
+    def _rdp_epsilon(self, z: float) -> float:
+        """RDP's ε of m answers of z (asked too under PLD, which is looser at δ ≤ 10⁻³⁰)."""
+        return composed_epsilon(Guarantee(self.mechanism, "rdp", 1.0, self.delta), z, self.answers)
 
     def _tight_epsilon(self, z: float) -> float:
         """The table's own accountant's ε (RDP or PLD) of m answers of z."""
@@ -519,6 +589,14 @@ class MultiplierTable:
 def multiplier_table(mechanism: str, accountant: str, answers: int, delta: float) -> MultiplierTable:
     """The shared :class:`MultiplierTable` of these parameters."""
     return MultiplierTable(mechanism, accountant, answers, delta)
+
+
+def proved_epsilon(guarantee: Guarantee, multiplier: float, answers: int) -> float:
+    """The least ε at the guarantee's δ that a valid accountant proves for ``answers`` answers of noise
+    multiplier z — basic composition's, the guarantee's accountant's, under PLD also RDP's — as
+    :func:`calibration` chooses: what an owner with that noise leaks (an audit's leakier owners)."""
+    g = guarantee
+    return multiplier_table(g.mechanism, g.accountant, int(answers), g.delta)._epsilon(multiplier)
 
 
 def multipliers(mechanism: str, accountant: str, answers, epsilons, deltas):

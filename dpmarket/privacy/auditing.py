@@ -17,6 +17,14 @@ independently with probability ½ and counts the attack's correct guesses among 
 P[W ≥ v] ≤ P[Binomial(r, e^ε/(1 + e^ε)) ≥ v] + 2mδ·max_i P[v > Binomial(r, ·) ≥ v − i]/i (their
 Theorem 3.3 and Appendix D), which :func:`one_run_epsilon` inverts.
 
+**What the runs could detect.** A lower bound at or below the claim proves nothing either way unless
+the runs could have shown a violation had there been one. The audit replays its adversary on the same
+runs' schedules and query points as if the owner answered with its claimed mechanism and its noise
+divided by a leak factor c (an owner c times leakier than it claims), for c on the grid :data:`LEAKS`,
+and asks at which c the same test proves more than the claim (:func:`first_detected`). The least such c,
+as an ε through the accountant, is the smallest violation these runs detect; the verdict is a pass only
+when that is within :data:`PASS_FACTOR` of the claim.
+
 Pure functions of counts and scores (numpy and scipy.stats): the audit itself, which runs the protocol
 and scores what the adversary sees, is :mod:`dpmarket.runs.audit`.
 """
@@ -32,6 +40,12 @@ import numpy as np
 # likelihood ratio of Laplace answers takes a few values exactly (its atoms), which rounding in the
 # ninth digit would otherwise order at random.
 SCORE_GRID = 1e-9
+# The leak factors the runs are replayed at (the owner's noise divided by each): 2^(k/4) from 1 to 256,
+# steps of 19 %. A violation beyond 256 times the noise is reported as undetectable by these runs.
+LEAKS = 2.0 ** (np.arange(33) / 4.0)
+# A pass needs the runs to detect an owner leaking at most this many times its claimed ε: the smallest of
+# the implementation errors the tests plant (noise halved, a sensitivity off by 2) leaks twice its claim.
+PASS_FACTOR = 2.0
 
 
 def upper_bound(count: int, trials: int, level: float) -> float:
@@ -111,6 +125,24 @@ def rates_at(world0: np.ndarray, world1: np.ndarray, threshold: float, level: fl
     """The error rates of "say D₁ when score ≥ ``threshold``" on these runs' scores."""
     return ErrorRates(float(threshold), int(np.sum(world0 >= threshold)), len(world0),
                       int(np.sum(world1 < threshold)), len(world1), level, delta)
+
+
+def split_rates(world0: np.ndarray, world1: np.ndarray, calibration: int, level: float,
+                delta: float) -> ErrorRates:
+    """The audit's test on these scores: its threshold chosen on the first ``calibration`` runs of each
+    world (:func:`best_threshold`), its error rates counted on the others (:func:`rates_at`)."""
+    threshold = best_threshold(world0[:calibration], world1[:calibration], level, delta)
+    return rates_at(world0[calibration:], world1[calibration:], threshold, level, delta)
+
+
+def first_detected(proves, claimed: float) -> int | None:
+    """The index of the first leak factor of :data:`LEAKS` at which ``proves(k)`` (the ε lower bound the
+    runs replayed at factor k prove) exceeds ``claimed``; None if none does. The factors are tried in
+    order from the smallest, so that the answer is the least on the grid."""
+    for k in range(len(LEAKS)):
+        if proves(k) > claimed:
+            return k
+    return None
 
 
 def best_threshold(world0: np.ndarray, world1: np.ndarray, level: float, delta: float) -> float:

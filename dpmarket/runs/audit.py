@@ -2,11 +2,14 @@
 
 For one owner i, two neighbouring datasets differ in one of its records (replace-one, n_i unchanged:
 the relation the guarantee is stated for): its last record is replaced by a canary pair chosen to
-move its answers as far as the declared domain allows — the feature vector at the domain's corner
-(every feature at +X, the intercept's 1), once with the label +Y (world 1) and once with −Y (world 0)
-(±1 for classification). The protocol runs many times on each (the scenario's owners, learner,
-network, caps and noise; the batched replay of :mod:`dpmarket.runs.replications`, every run on its
-own seed), and an adversary scores each run from what the learner sees:
+move its answers as far as the declared domain allows — a feature vector z of the domain, once with
+the label +Y (world 1) and once with −Y (world 0) (±1 for classification); z is the domain's corner
+(every feature at +X, the intercept's 1) or a single coordinate (X·e_1, or the intercept alone),
+whichever moves the answer at θ = 0 furthest in L2 (:func:`worst_case_canary`: a clipped gradient moves
+it by 2Ξ whatever z, and concentrated on one coordinate that is the worst case for an L1 sensitivity;
+unclipped, the corner moves every coordinate). The protocol runs many times on each (the scenario's
+owners, learner, network, caps and noise; the batched replay of :mod:`dpmarket.runs.replications`,
+every run on its own seed), and an adversary scores each run from what the learner sees:
 
 - ``answers``: every answer of owner i with its query point. Knowing every other record, the adversary
   computes owner i's exact answer under either world at each query, and scores the run by the log
@@ -20,6 +23,16 @@ the second half; :mod:`dpmarket.privacy.auditing` turns them into an ε lower bo
 (Clopper–Pearson) confidence, compared with the ε the owner claims. With two views the confidence is
 split between them (Bonferroni), so the audit's false-alarm rate stays at most 1 − confidence.
 
+What the runs could detect: the answers adversary also scores every run as if the owner answered with
+its claimed mechanism and noise divided by each leak factor of :data:`dpmarket.privacy.auditing.LEAKS`
+(the exact answer of the run's world at each of its query points, plus fresh noise of the claimed law
+divided by the factor), and the same test on these scores finds the least factor at which it proves
+more than the claim; the ε an owner with that noise would leak (through the accountant) is the
+detectable ε. The verdict is ``fail`` when the bound exceeds the claim, ``pass``
+when it does not and the detectable ε is within :data:`~dpmarket.privacy.auditing.PASS_FACTOR` of the
+claim, and ``inconclusive`` otherwise (also when only the published model is audited: its power is not
+measured).
+
 ``method = "one-run"`` is the audit by one run (Steinke, Nasr & Jagielski 2023): one canary per
 feature (z = X·e_j, so canary j moves only coordinate j of the answers), each included (label +Y) or
 not (−Y) with probability ½, in each of the runs (by default one); the adversary guesses each
@@ -32,6 +45,7 @@ implementation, never part of the protocol.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -40,7 +54,9 @@ from dpmarket.data import Consortium, build_consortium
 from dpmarket.data.consortium import keeps_records
 from dpmarket.errors import AuditError
 from dpmarket.learning.objective import Loss, Objective, OwnerData, make_loss
-from dpmarket.privacy import auditing
+from dpmarket.privacy import accounting, auditing
+from dpmarket.privacy.guarantee import Guarantee
+from dpmarket.privacy.mechanisms import rounding_margin
 from dpmarket.privacy.owners import DataOwner, project
 from dpmarket.runs.replications import run_cell
 from dpmarket.scenario.schema import Scenario
@@ -49,6 +65,7 @@ from dpmarket.system.progress import SILENT, Progress
 VIEWS = ("answers", "model")
 METHODS = ("worlds", "one-run")
 AUDIT_KEY = 0x61756474  # "audt": mixed into the scenario's seed to derive the audit's run seeds
+LEAK_KEY = 0x6C65616B  # "leak": and, with it, the streams of the leakier owners' noise
 GROUP_VALUES = 1 << 22  # query-by-record products the adversary holds at once
 
 
@@ -117,6 +134,10 @@ class AuditResult:
     canary: str
     audits: list[ViewAudit | OneRunAudit] = field(default_factory=list)
     answers_seen: float = 0.0  # the owner's answers per run, on average (what the adversary saw)
+    leak_detectable: float | None = None  # the least leak factor whose replay proved a violation
+    epsilon_detectable: float = math.inf  # what an owner with that noise leaks (inf: none on the grid)
+    power_measured: bool = False  # whether the answers adversary's replays measured the detectable ε
+    epsilon_beyond: float = math.inf  # what an owner leaks at the grid's largest factor (none detected)
 
     @property
     def epsilon_lower(self) -> float:
@@ -124,17 +145,45 @@ class AuditResult:
         return max((a.epsilon_lower for a in self.audits), default=0.0)
 
     @property
-    def passed(self) -> bool:
-        """Whether no adversary proved more than the claimed ε."""
-        return self.epsilon_lower <= self.epsilon
+    def verdict(self) -> str:
+        """``fail`` (a violation proved), ``pass`` (none, and these runs detect one of at most
+        PASS_FACTOR times the claim) or ``inconclusive`` (none, but they could not have shown one)."""
+        if self.epsilon_lower > self.epsilon:
+            return "fail"
+        if self.power_measured and self.epsilon_detectable <= auditing.PASS_FACTOR * self.epsilon:
+            return "pass"
+        return "inconclusive"
 
     @property
-    def verdict(self) -> str:
-        if self.passed:
-            return (f"PASS: the lower bound ε ≥ {self.epsilon_lower:.4g} does not exceed the claimed "
-                    f"ε = {self.epsilon:g}")
-        return (f"VIOLATION: with {self.confidence:.0%} confidence ε ≥ {self.epsilon_lower:.4g}, above the "
-                f"claimed ε = {self.epsilon:g}")
+    def passed(self) -> bool:
+        """Whether the verdict is a pass (an inconclusive audit is not)."""
+        return self.verdict == "pass"
+
+    @property
+    def conclusion(self) -> str:
+        """The verdict in a sentence: what was proved, and what these runs could have detected."""
+        if self.verdict == "fail":
+            return (f"FAIL: with {self.confidence:.0%} confidence ε ≥ {self.epsilon_lower:.4g}, above the "
+                    f"claimed ε = {self.epsilon:g}")
+        proved = f"ε ≥ {self.epsilon_lower:.4g} proved, not above the claimed ε = {self.epsilon:g}"
+        factor = f"{auditing.PASS_FACTOR:g} × the claim"
+        if self.verdict == "pass":
+            return (f"PASS: {proved}, and these runs catch a violation from ε = "
+                    f"{self.epsilon_detectable:.3g} (within {factor})")
+        if not self.power_measured:
+            return (f"INCONCLUSIVE: {proved}; what the published model alone could detect is not measured "
+                    "(--view answers or both measures it)")
+        return (f"INCONCLUSIVE: {proved}, but these runs catch a violation only from {self.detectable}, "
+                f"more than {factor}: more runs, or fewer answers per run, would show more")
+
+    @property
+    def detectable(self) -> str:
+        """The detectable ε in words: a value, or beyond what the grid of leak factors reaches."""
+        if not self.power_measured:
+            return "not measured"
+        if self.leak_detectable is None:
+            return f"ε > {self.epsilon_beyond:.3g} (noise cut over {auditing.LEAKS[-1]:g} times)"
+        return f"ε = {self.epsilon_detectable:.3g} (noise cut {self.leak_detectable:.3g} times)"
 
     def rows(self) -> list[dict]:
         """The audit's table: one row per adversary."""
@@ -152,7 +201,9 @@ class AuditResult:
                 row.update({"canaries": a.canaries, "guesses": a.guesses, "correct": a.correct})
             row.update({"epsilon_lower": a.epsilon_lower, "confidence": 1.0 - _level_of(a),
                         "epsilon_claimed": self.epsilon, "delta": self.delta,
-                        "exceeds": bool(a.epsilon_lower > self.epsilon)})
+                        "exceeds": bool(a.epsilon_lower > self.epsilon),
+                        "epsilon_detectable": (self.epsilon_detectable if a.view == "answers"
+                                               and self.power_measured else None)})
             out.append(row)
         return out
 
@@ -179,17 +230,80 @@ def exact_answers(data: OwnerData, loss: Loss, thetas: np.ndarray, clip: float |
     return loss.mean_grads(thetas, data, clip, norm)  # the record kernel, as the owner answers
 
 
+@dataclass
+class Leaks:
+    """Answers of an owner leakier than it claims, for :class:`AnswerAdversary`'s replays: the claimed
+    ``mechanism`` with noise ``scale`` divided by each factor of :data:`~dpmarket.privacy.auditing.LEAKS`,
+    around the exact answer of ``world`` (0 or 1), drawn from ``stream``."""
+
+    world: int
+    mechanism: str
+    scale: float
+    stream: np.random.Generator
+
+    def answers(self, mu0: np.ndarray, mu1: np.ndarray) -> np.ndarray:
+        """(factors, answers, p): the exact answers of the world plus one draw of the claimed noise per
+        answer, divided by each factor (common to all factors, so that they differ only in the leak)."""
+        exact = mu1 if self.world else mu0
+        draw = (self.stream.laplace(size=exact.shape) if self.mechanism == "laplace"
+                else self.stream.standard_normal(exact.shape))
+        return exact + (self.scale / auditing.LEAKS)[:, None, None] * draw
+
+
+def leakier(scenario: Scenario, claim: Claim, world: int, *key: int) -> Leaks:
+    """The :class:`Leaks` of the owner's ``claim`` in ``world``, on a stream of the audit's own, derived
+    from the scenario's seed and ``key`` (none of the runs' streams)."""
+    seed = np.random.SeedSequence((int(scenario.seed), AUDIT_KEY, LEAK_KEY, world, *key))
+    return Leaks(world, claim.guarantee.mechanism, claim.scale, np.random.default_rng(seed))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the audited owner promises, rebuilt from the scenario and public information rather than
+    read from the owner (whose noise is what the audit tests): its guarantee, its answers m_i, the
+    noise multiplier z a valid accountant proves for them, and the noise scale z·2Ξ/n_i·(1 + κ)."""
+
+    guarantee: Guarantee
+    answers: int
+    multiplier: float
+    scale: float
+
+    def leaked(self, factor: float) -> float:
+        """The ε (at the claimed δ) of m_i answers whose noise is divided by ``factor``."""
+        return accounting.proved_epsilon(self.guarantee, self.multiplier / factor, self.answers)
+
+
+def claim_of(scenario: Scenario, consortium: Consortium, owner: DataOwner) -> Claim:
+    """The :class:`Claim` of ``owner``: the scenario's Ξ (the cohort's: clip bound or declared domain),
+    the owner's n_i, its guarantee as the scenario states it and its answer cap."""
+    from dpmarket.privacy.cohort import sensitivity
+
+    n, dim = owner.data.n, owner.data.stats.A.shape[0]
+    one_answer = 2.0 * sensitivity(scenario, consortium) / n * (1.0 + rounding_margin(n, dim))  # Δ_i
+    z = accounting.noise_multiplier(owner.requested, owner.answers_allowed)
+    return Claim(owner.requested, owner.answers_allowed, z, z * one_answer)
+
+
 class AnswerAdversary:
     """The adversary who sees every answer of one owner (an :class:`~dpmarket.replay.kernel.Observer`):
-    each run's log likelihood ratio of world 1 against world 0, summed over the owner's answers."""
+    each run's log likelihood ratio of world 1 against world 0, summed over the owner's answers.
+
+    Given a :class:`Leaks` (the world its runs are in, the claimed noise scale, the factors and a
+    stream), it also scores each run as if the owner answered with the claimed mechanism and its noise
+    divided by each factor (``leaky``, one column per factor): the exact answer of the run's world at
+    each query point plus fresh noise of the claimed law (one draw per answer, divided by each factor),
+    the schedule and the query points held as they were. Not the owner's own noise: what these runs
+    could detect must not depend on whether the owner really adds the noise it claims."""
 
     def __init__(self, owner: int, worlds: tuple[OwnerData, OwnerData], loss: Loss, clip: float | None,
                  norm: str, *, theta_max: float, mechanism: str, runs: int,
-                 coordinate: int | None = None) -> None:
+                 coordinate: int | None = None, leaks: Leaks | None = None) -> None:
         self.owner, self.worlds, self.loss, self.clip, self.norm = owner, worlds, loss, clip, norm
         self.coordinate = coordinate  # one coordinate of the answers only (a canary's, one-run audits)
         self.theta_max, self.laplace = theta_max, mechanism == "laplace"
         self.scores, self.seen = np.zeros(runs), np.zeros(runs, dtype=np.int64)
+        self.leaks = leaks
+        self.leaky = np.zeros((runs, 0 if leaks is None else len(auditing.LEAKS)))
         self.slot, self.offset = -1, 0
         self.largest = 0.0  # the largest |shift| summed over the answers: the scores' scale
 
@@ -214,12 +328,16 @@ class AnswerAdversary:
         np.add.at(self.scores, runs, score)
         np.add.at(self.seen, runs, 1)
         self.largest = max(self.largest, float(np.max(np.abs(mu1 - mu0).sum(axis=-1))))
+        if self.leaks is not None:
+            leakier = self.leaks.answers(mu0, mu1)  # (factors, answers, p)
+            np.add.at(self.leaky, runs, self.ratio(leakier, mu0, mu1).T)
 
     def ratio(self, answer: np.ndarray, mu0: np.ndarray, mu1: np.ndarray) -> np.ndarray:
-        """Each answer's log likelihood ratio of world 1 against world 0, up to the noise scale."""
+        """Each answer's log likelihood ratio of world 1 against world 0, up to the noise scale (answers
+        along the last axis but one; any axes before)."""
         if self.coordinate is not None:
             j = self.coordinate
-            answer, mu0, mu1 = answer[:, j:j + 1], mu0[:, j:j + 1], mu1[:, j:j + 1]
+            answer, mu0, mu1 = answer[..., j:j + 1], mu0[..., j:j + 1], mu1[..., j:j + 1]
         if self.laplace:
             return np.abs(answer - mu0).sum(axis=-1) - np.abs(answer - mu1).sum(axis=-1)
         return ((answer - mu0) ** 2).sum(axis=-1) - ((answer - mu1) ** 2).sum(axis=-1)
@@ -236,17 +354,37 @@ def discriminant(models0: np.ndarray, models1: np.ndarray) -> np.ndarray:
 
 # --- the two worlds ------------------------------------------------------------------------------
 
-def worst_case_canary(scenario: Scenario, consortium: Consortium) -> Canary:
-    """The corner of the declared domain, labelled at both ends: the pair of records whose answers
-    differ most (squared loss: by 4Y‖z‖ at every θ; hinge: by 2‖z‖ = 2Ξ while |θᵀz| < 1; with clipping,
-    by 2Ξ wherever both gradients are clipped)."""
+def worst_case_canary(scenario: Scenario, consortium: Consortium, owner: DataOwner) -> Canary:
+    """The pair of records, of the declared domain, that moves ``owner``'s answer at θ = 0 furthest in L2:
+    a feature vector z labelled +Y and −Y, z the domain's corner (every feature at X, the intercept's 1),
+    one feature at X (with the intercept's 1), or the intercept alone (every feature 0).
+
+    Unclipped, the corner moves every coordinate by the most (squared loss: 4Y·z; hinge: 2z while
+    |θᵀz| < 1). A clipped per-example gradient moves the answer by 2Ξ in the mechanism's norm whatever
+    z: spread over p coordinates its L2 norm is 2Ξ/√p (L1 clipping), on one coordinate 2Ξ — the worst
+    case for an L1 sensitivity, which the test of many noisy answers tells apart best (its power grows
+    with the shift's L2 norm over the noise). Ties go to the corner."""
     d, m = scenario.data, scenario.model
     p = consortium.owners[0].stats.A.shape[0] - (1 if m.intercept else 0)
-    z = np.full(p, d.feature_bound)
-    if m.intercept:
-        z = np.append(z, 1.0)
     label = consortium.y_max
-    return Canary(z, label, -label)
+    candidates = [np.full(p, d.feature_bound), np.where(np.arange(p) == 0, d.feature_bound, 0.0)]
+    if m.intercept:
+        candidates = [np.append(z, 1.0) for z in [*candidates, np.zeros(p)]]
+    shifts = [float(np.linalg.norm(canary_shift(z, label, owner, m.intercept))) for z in candidates]
+    return Canary(candidates[int(np.argmax(shifts))], label, -label)
+
+
+def canary_shift(z: np.ndarray, label: float, owner: DataOwner, intercept: bool) -> np.ndarray:
+    """(z, +label)'s per-example gradient less (z, −label)'s at θ = 0, as ``owner`` answers (clipped if
+    it clips): n_i times what the canary pair moves its answer by there."""
+    features = z[:-1] if intercept else z
+    exact = []
+    for y in (label, -label):
+        block = np.vstack([features[:, None], [[1.0]], [[y]]])
+        one = OwnerData.from_block(block, intercept, keep_records=True)
+        exact.append(exact_answers(one, owner.loss, np.zeros((1, len(z))), owner.clip, owner.norm,
+                                   theta_max=owner.theta_max)[0])
+    return exact[0] - exact[1]
 
 
 def with_record(data: OwnerData, z: np.ndarray, label: float, intercept: bool, row: int = -1) -> OwnerData:
@@ -355,19 +493,22 @@ def _check(runs: int, view: str, method: str, confidence: float) -> None:
 
 def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...], confidence: float,
             *, progress: Progress) -> AuditResult:
-    """The two-world audit: ``runs`` runs of each world, every adversary of ``views`` scored."""
+    """The two-world audit: ``runs`` runs of each world, every adversary of ``views`` scored, and what
+    the answers adversary's runs could detect."""
     m, i = scenario.model, found.target
-    canary = worst_case_canary(scenario, found.consortium)
+    probe = target_owner(scenario, found)
+    claim = claim_of(scenario, found.consortium, probe)
+    canary = worst_case_canary(scenario, found.consortium, probe)
     base = found.consortium.owners[i]
     worlds = tuple(with_record(base, canary.z, label, m.intercept)
                    for label in (canary.label_out, canary.label_in))
     seeds = audit_seeds(scenario.seed, 2 * runs)
     level = (1.0 - confidence) / len(views)
-    probe = target_owner(scenario, found)
     adversaries, models = [], []
     for w, data in enumerate(worlds):
         adversary = AnswerAdversary(i, worlds, make_loss(m.loss), probe.clip, probe.norm,
-                                    theta_max=m.theta_max, mechanism=probe.mechanism, runs=runs)
+                                    theta_max=m.theta_max, mechanism=probe.mechanism, runs=runs,
+                                    leaks=leakier(scenario, claim, w) if "answers" in views else None)
         with progress.phase(f"world {w}: {runs:,} runs"):
             cell = run_cell(scenario, seeds[w * runs:(w + 1) * runs], with_records(found.consortium, i, data),
                             found.objective, found.members, epsilons=found.epsilons, series=False,
@@ -377,16 +518,34 @@ def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...
     result = _result(scenario, probe, "worlds", runs, confidence, canary=canary.describe())
     result.answers_seen = float(np.mean(np.concatenate([a.seen for a in adversaries])))
     half = runs // 2
+    scale = score_scale(adversaries)
     for view in views:
         if view == "answers":
-            pair = tuple(auditing.rounded(a.scores, score_scale(adversaries)) for a in adversaries)
+            pair = tuple(auditing.rounded(a.scores, scale) for a in adversaries)
         else:
             w = discriminant(models[0][:half], models[1][:half])
             pair = (models[0] @ w, models[1] @ w)
-        threshold = auditing.best_threshold(pair[0][:half], pair[1][:half], level, result.delta)
-        rates = auditing.rates_at(pair[0][half:], pair[1][half:], threshold, level, result.delta)
+        rates = auditing.split_rates(pair[0], pair[1], half, level, result.delta)
         result.audits.append(ViewAudit(view, pair, half, rates))
+    if "answers" in views:
+        def proves(k: int) -> float:
+            leaky = tuple(auditing.rounded(a.leaky[:, k], scale) for a in adversaries)
+            return auditing.split_rates(leaky[0], leaky[1], half, level, result.delta).epsilon_lower
+
+        detected(result, claim, auditing.first_detected(proves, result.epsilon))
     return result
+
+
+def detected(result: AuditResult, claim: Claim, k: int | None) -> None:
+    """Record in ``result`` what its runs could detect: the least leak factor (index ``k`` of
+    :data:`~dpmarket.privacy.auditing.LEAKS`, None for none) at which they proved a violation, and the ε
+    an owner of the claimed noise divided by that factor leaks."""
+    result.power_measured = True
+    if k is None:
+        result.epsilon_beyond = claim.leaked(float(auditing.LEAKS[-1]))
+        return
+    result.leak_detectable = float(auditing.LEAKS[k])
+    result.epsilon_detectable = claim.leaked(result.leak_detectable)
 
 
 def target_owner(scenario: Scenario, found: Setting) -> DataOwner:
@@ -421,20 +580,22 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
     bits = np.random.default_rng(audit_seeds(scenario.seed, 1)[0]).integers(0, 2, size=(runs, p))
     seeds = audit_seeds(scenario.seed + 1, runs)
     probe = target_owner(scenario, found)
+    claim = claim_of(scenario, found.consortium, probe)
     loss = make_loss(m.loss)
     # Canary j moves coordinate j of the answers only (z = X·e_j): the adversary's two datasets for it
     # hold every other canary out, which coordinate j cannot tell from in.
     none = np.zeros(p, dtype=int)
     pairs = [tuple(_with_canaries(base, np.where(np.arange(p) == j, b, none), d.feature_bound, label,
                                   m.intercept) for b in (0, 1)) for j in range(p)]
-    correct = 0
+    correct, leaky = 0, np.zeros(len(auditing.LEAKS), dtype=np.int64)
     patterns, where = np.unique(bits, axis=0, return_inverse=True)
     with progress.phase(f"one run: {runs:,} run(s) x {p} canaries", total=len(patterns),
                         unit="pattern") as bar:
         for k, pattern in enumerate(patterns):
             chosen = [seeds[r] for r in np.flatnonzero(np.ravel(where) == k)]
             guessers = [AnswerAdversary(i, pairs[j], loss, probe.clip, probe.norm, theta_max=m.theta_max,
-                                        mechanism=probe.mechanism, runs=len(chosen), coordinate=j)
+                                        mechanism=probe.mechanism, runs=len(chosen), coordinate=j,
+                                        leaks=leakier(scenario, claim, int(pattern[j]), k, j))
                         for j in range(p)]
             data = _with_canaries(base, pattern, d.feature_bound, label, m.intercept)
             run_cell(scenario, chosen, with_records(found.consortium, i, data), found.objective,
@@ -445,6 +606,8 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
             guesses = np.stack([(auditing.rounded(g.scores, scale) > 0).astype(int) for g in guessers],
                                axis=1)
             correct += int(np.sum(guesses == pattern[None, :]))
+            for j, g in enumerate(guessers):  # the same guesses by an owner whose noise is cut
+                leaky += np.sum((auditing.rounded(g.leaky, scale) > 0) == pattern[j], axis=0)
             bar.update(1)
     canaries = runs * p
     intercept = " (and the intercept 1)" if m.intercept else ""
@@ -454,6 +617,12 @@ def _one_run(scenario: Scenario, found: Setting, runs: int, confidence: float,
     level = 1.0 - confidence
     bound = auditing.one_run_epsilon(canaries, canaries, correct, result.delta, level)
     result.audits.append(OneRunAudit("answers", canaries, canaries, correct, level, result.delta, bound))
+
+    def rejects(k: int) -> bool:  # the claim rejected: the bound these guesses prove exceeds it
+        p_value = auditing.one_run_p_value(canaries, canaries, int(leaky[k]), result.epsilon, result.delta)
+        return p_value < level
+
+    detected(result, claim, next((k for k in range(len(leaky)) if rejects(k)), None))
     return result
 
 

@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 import pytest
-from helpers import tiny
+from helpers import ROOT, tiny
 
 from dpmarket.errors import KernelError
 from dpmarket.learning import kernels
@@ -73,3 +73,19 @@ def test_record_reads_count_answers_and_psi_that_read_records():
     logistic = tiny(data={"kind": "card_fraud"}, model={"loss": "logistic"})
     points = len(np.unique(np.linspace(0, T, min(logistic.output.metric_points, T) + 1).round()))
     assert record_reads(logistic, sizes, 4) == pytest.approx(4 * (T * sizes.mean() + points * sizes.sum()))
+
+
+@pytest.mark.skipif(not kernels.available(), reason="numba not installed")
+def test_auto_takes_numba_where_it_was_measured_faster(monkeypatch):
+    """benchmarks/bench_kernel_choice.py: a logistic run of 3 × 20,000 records (p = 11) took 0.81 of
+    numpy's CPU time under numba at T = 16,000 (3.65·10⁹ reads) and 1.33 of it at T = 4,000 (1.0·10⁹): auto
+    takes numba for the first (it kept numpy up to 10¹⁰ reads) and numpy for the second."""
+    from dpmarket.scenario.loading import load
+
+    monkeypatch.setenv(kernels.VARIABLE, "auto")
+    settings = ["model.loss=logistic", "data.records=20000", "learner.rho=auto", "output.metric_points=200",
+                "privacy.preset=paper"]
+    sizes, path = np.full(3, 20_000), ROOT / "scenarios" / "fraud_svm.toml"
+    for iterations, faster in ((16_000, "numba"), (4_000, "numpy")):
+        scenario = load(path, [*settings, f"learner.iterations={iterations}"])
+        assert kernels.resolve(record_reads(scenario, sizes, 11)) == faster

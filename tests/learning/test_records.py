@@ -252,3 +252,42 @@ def test_logistic_sums_as_the_log_of_a_product_are_the_sum_of_the_terms(scale):
     assert abs(got - exact) <= 1e-14 * exact and abs(got - theirs) <= RELATIVE * exact
     linear_only = math.fsum(np.maximum(-data.y * (theta[0] @ data.columns), 0.0))
     assert abs(linear_only - exact) > 1e-6 * exact
+
+
+class _Watched(dict):
+    """A dict that counts the passes over its entries (what a miss of the negation cache must not do)."""
+
+    passes = 0
+
+    def values(self):
+        self.passes += 1
+        return super().values()
+
+    def items(self):
+        self.passes += 1
+        return super().items()
+
+    def __iter__(self):
+        self.passes += 1
+        return super().__iter__()
+
+
+def test_the_negation_cache_keeps_its_size_as_a_running_total(monkeypatch):
+    """A miss of ``_negated`` reads no other entry (it summed every cached array's size: time in
+    proportion to the owners cached), and the running total stays the exact Σ len(−y) through misses,
+    hits, an id reused by another array, and the clearing at the limit; each −y is right."""
+    watched = _Watched()
+    monkeypatch.setattr(records, "_NEGATED", watched)
+    monkeypatch.setattr(records, "_negated_values", 0, raising=False)
+    monkeypatch.setattr(records, "NEGATED_VALUES", 1000)
+    arrays = [np.arange(float(k + 1)) for k in range(60)]  # 1 + 2 + … + 60 = 1,830 values: one clearing
+    for y in arrays + arrays[-5:]:
+        assert np.array_equal(records._negated(y), -y)
+    assert watched.passes == 0
+    assert records._negated_values == sum(len(v[1]) for v in dict.values(watched)) > 0
+    y = arrays[-1]
+    impostor = np.zeros(3)
+    dict.__setitem__(watched, id(impostor), (y, -y))  # a stale entry under the id the next array takes
+    monkeypatch.setattr(records, "_negated_values", records._negated_values + len(y))
+    assert np.array_equal(records._negated(impostor), -impostor)
+    assert records._negated_values == sum(len(v[1]) for v in dict.values(watched))
