@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpmarket.errors import ArgumentTypeError, ArgumentValueError, ScenarioError
 from dpmarket.scenario.schema import Scenario
+from dpmarket.system import environment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,6 +224,7 @@ def checked(function: Callable) -> Callable:
             if value is None and signature.parameters[argument].default is None:
                 continue
             bound.arguments[argument] = CHECKS[argument](name, argument, value)
+        environment.check()  # a DPMARKET_* variable it cannot read: before any work, as the commands
         return function(*bound.args, **bound.kwargs)
 
     return call

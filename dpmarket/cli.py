@@ -11,6 +11,7 @@ from pathlib import Path
 from dpmarket._version import __version__
 from dpmarket.errors import DPMarketError, UsageError, one_line, warn
 from dpmarket.replay import compiled
+from dpmarket.system import environment
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
 STRICT_STATUS = 3  # --strict: a diagnostic warned (the command's results are written all the same)
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     try:
-        compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
+        environment.check()  # a DPMARKET_* variable it cannot read ends the command before any work
+        compiled.choice()  # so does DPMARKET_KERNEL=numba where numba cannot be used
         if args.command == "validate":
             return _validate(args)
         if args.command == "explain":

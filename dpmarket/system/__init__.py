@@ -1,8 +1,10 @@
-"""What every stage leans on, and none of the mathematics: files, signals, progress, memory and
-reproducibility.
+"""What every stage leans on, and none of the mathematics: the environment, files, signals, progress,
+memory and reproducibility.
 
 Modules:
 
+- :mod:`~dpmarket.system.environment`: the ``DPMARKET_*`` environment variables, each parsed in one
+  place; a value that cannot be read is one line naming it
 - :mod:`~dpmarket.system.files`: results written whole or not at all, honouring the umask, one
   writer at a time, a failing file system reported in one line
 - :mod:`~dpmarket.system.processes`: Ctrl-C and SIGTERM end a command the same way; helper
