@@ -602,6 +602,9 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
 
     resolved = load(scenario, seed, overrides)
     names = compare.parse_policies(policies, resolved, resolved.source)  # checked: one text
+    too_many = compare.replications_refusal(replications, len(names))
+    if too_many is not None:
+        raise ArgumentValueError("market", "replications", replications, too_many)
     comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress,
                                  properties=properties)
     rows = compare.write(comparison, Path(out)) if out is not None else compare.policy_rows(comparison)
@@ -654,10 +657,14 @@ def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = N
 
     from dpmarket.output import results
     from dpmarket.runs.audit import audit as run_audit
+    from dpmarket.runs.audit import runs_refusal
     from dpmarket.system.progress import of as progress_of
 
     resolved = load(scenario, seed, overrides)
     runs = runs if runs is not None else (1 if method == "one-run" else 2000)
+    too_many = runs_refusal(resolved, runs, method)
+    if too_many is not None:
+        raise ArgumentValueError("audit", "runs", runs, too_many)
     facts = results.audit_settings(owner, runs, view, method, confidence)
     if out is not None:
         from dpmarket.output import directories

@@ -344,8 +344,8 @@ def _market(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
-    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications),
-                            args.properties)
+    seeds = compare.replication_seeds(scenario, args.replications, len(policies))
+    what = compare.identity(scenario, policies, seeds, args.properties)
     out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
     directories.check(out, what)  # before the work: another comparison's results are never replaced
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,

@@ -118,7 +118,8 @@ def pilot_plan(scenario: Scenario, owners: int) -> list[Pilot]:
     cfg = scenario.market.pilots
     levels = np.geomspace(cfg.epsilon_low, cfg.epsilon_high, cfg.levels)
     order = streams.stream(scenario.seed, "market", SUBSET_STREAM).permutation(owners)
-    sizes = sorted({max(1, int(np.ceil(owners / 2**j))) for j in range(cfg.subsets)}, reverse=True)
+    halvings = min(cfg.subsets, max(1, owners - 1).bit_length() + 1)  # beyond, the single owner again
+    sizes = sorted({max(1, int(np.ceil(owners / 2**j))) for j in range(halvings)}, reverse=True)
     count = len(levels) * len(sizes) * cfg.replications
     seeds = iter(streams.replication_seeds(scenario.seed, count))
     return [Pilot(np.sort(order[:size]), float(eps), next(seeds))

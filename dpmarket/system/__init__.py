@@ -12,6 +12,8 @@ Modules:
 - :mod:`~dpmarket.system.progress`: long phases shown on a terminal, kept out of the maths
 - :mod:`~dpmarket.system.memory`: sizes that cannot fit, refused before any work with the size
   they would need
+- :mod:`~dpmarket.system.counts`: the counts a user gives (runs, replications, iterations), bounded
+  before any work by what numpy holds exactly and by the memory they need
 - :mod:`~dpmarket.system.reproducibility`: what a seed gives back on this machine and on another,
   the machine a result was made on, and the one comparison that applies the contract
 """
