@@ -490,6 +490,7 @@ def _in_memory(plan, how, keep_metrics: bool) -> list[list[dict]]:
     from dpmarket.experiment.executors import run_tasks
     from dpmarket.experiment.study import chunk_size
     from dpmarket.experiment.task import Task
+    from dpmarket.system.progress import of as progress_of
 
     size = chunk_size(len(plan.cells) * plan.replications, how.worker_count)
     tasks = [Task(cell.index, cell.scenario, tuple(range(start, min(start + size, plan.replications))),
@@ -502,7 +503,8 @@ def _in_memory(plan, how, keep_metrics: bool) -> list[list[dict]]:
                 found[record["cell"], record["replication"]] = record
             bar.update(len(records))
 
-        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler,
+                  progress=progress_of(how.progress))
     return [[found[c.index, r] for r in range(plan.replications)] for c in plan.cells]
 
 

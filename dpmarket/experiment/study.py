@@ -30,6 +30,7 @@ from dpmarket.privacy.cohort import check_budgets
 from dpmarket.runs.replications import replayable
 from dpmarket.scenario.schema import Scenario
 from dpmarket.system import counts, files, reproducibility
+from dpmarket.system.progress import of as progress_of
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
 BATCH_UPDATES = 20_000_000  # replication-updates per replayed task: a few seconds, so Ctrl-C waits little
@@ -168,7 +169,8 @@ def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> t
                 found.update(((task.cell, r["replication"]), r) for r in records)
                 bar.update(len(records))
 
-            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler,
+                      progress=progress_of(how.progress))
     except BaseException:
         if created:
             store.remove_if_empty()  # a failure before any result leaves no directory behind
