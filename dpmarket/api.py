@@ -236,13 +236,19 @@ def checked(function: Callable) -> Callable:
 def load(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None) -> Scenario:
     """A validated scenario from a file, a bundled example's name or a Scenario, with ``seed`` and
     ``overrides`` applied as ``--seed`` and ``--set`` would be."""
+    return _loaded(scenario, seed, overrides)
+
+
+def _loaded(scenario: ScenarioLike, seed: int | None, overrides: Overrides, swept: bool = False) -> Scenario:
+    """:func:`load`'s work (arguments already checked); ``swept``: the base of a sweep, whose rules
+    tying keys together are checked on each cell (:func:`dpmarket.scenario.checks.check_consistency`)."""
     from dpmarket import scenario as schema
     from dpmarket.scenario.bundled import find
 
     texts = override_texts(overrides) + ([] if seed is None else [f"seed={int(seed)}"])
     if isinstance(scenario, Scenario):
-        return schema.override(scenario, texts)
-    return schema.load(find(scenario), texts)
+        return schema.override(scenario, texts, swept=swept)
+    return schema.load(find(scenario), texts, swept=swept)
 
 
 def override_texts(overrides: Overrides) -> list[str]:
@@ -460,7 +466,7 @@ def _plan(scenario, seed, overrides, grid: list[str], replications: int, *, out,
     from dpmarket.experiment.grid import check_cells, parse_grid
     from dpmarket.experiment.study import make_plan, size_refusal
 
-    base = load(scenario, seed, overrides)
+    base = _loaded(scenario, seed, overrides, swept=bool(grid))
     function = "sweep" if grid else "replicate"
     too_large = size_refusal(base, check_cells(parse_grid(grid)), replications)
     if too_large:

@@ -267,14 +267,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 1
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, swept: bool = False):
     from dpmarket.scenario.bundled import find
     from dpmarket.scenario.loading import load
 
     overrides = list(args.overrides)
     if getattr(args, "seed", None) is not None:
         overrides.append(f"seed={args.seed}")
-    return load(find(args.scenario), overrides)  # a file, else a bundled example's name
+    return load(find(args.scenario), overrides, swept=swept)  # a file, else a bundled example's name
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -386,7 +386,8 @@ def _experiment(args: argparse.Namespace) -> int:
     from dpmarket.experiment import command
 
     sweep = args.command == "sweep"
-    job = command.Job(Path(args.scenario), _load(args), args.grid if sweep else [], args.replications,
+    base = _load(args, swept=sweep)  # a sweep's cells are checked each with its own grid values
+    job = command.Job(Path(args.scenario), base, args.grid if sweep else [], args.replications,
                       args.out, args.executor, args.workers, args.scheduler, not args.quiet)
     plan, out, how = command.plan(job)
     try:

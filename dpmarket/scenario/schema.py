@@ -581,8 +581,9 @@ class Scenario(_Strict):
         if self.market is not None:
             table["privacy"].pop("epsilon", None)
             if self.market.mode == "static":  # a static market's file reads as before the market in time
-                for key in DYNAMIC_KEYS:
-                    table["market"].pop(key, None)
+                for key, unused in DYNAMIC_KEYS.items():  # (a sweep's base may set them for its cells)
+                    if table["market"].get(key) == unused:
+                        table["market"].pop(key)
         return table
 
     def to_toml(self) -> str:
