@@ -131,9 +131,10 @@ def _parser() -> argparse.ArgumentParser:
         "as timeline-TAG.csv and timeline-TAG.png, TAG naming the selection (the run's own "
         "timeline.png is left as it is); or write the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
-    line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
-    line.add_argument("--from", dest="t0", type=float, help="start of the time window")
-    line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    line.add_argument("--owners", help="owners to show: indices, names, ranges A-B with A <= B (0-9,crouse), "
+                                       "within the run's owners")
+    line.add_argument("--from", dest="t0", type=float, help="start of the time window (a finite time)")
+    line.add_argument("--to", dest="t1", type=float, help="end of the time window (after --from)")
     line.add_argument("--format", dest="form", choices=("text", "csv", "markdown"), default="text",
                       help="print the answers as tables: shares online, in exchange and colliding, gaps "
                            "between updates, who waited longest, what happened in the window (default text)")

@@ -402,7 +402,7 @@ def _range(part: str, owners: int) -> np.ndarray:
         raise TimelineError(f"--owners: {part!r} is an empty range (from the smaller index: {hi}-{lo})")
     if last >= owners:
         what = f"index {first}" if first == last else f"range {part}"
-        raise TimelineError(f"--owners: {what} out of range (the run has {owners} owners: 0-{owners - 1})")
+        raise TimelineError(f"--owners: {what} is beyond the run's {owners} owners (0-{owners - 1})")
     return np.arange(first, last + 1)
 
 

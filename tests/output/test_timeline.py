@@ -220,8 +220,8 @@ def test_answers_print_as_csv_or_markdown(answered, capsys):
     ("5-2", "'5-2' is an empty range (from the smaller index: 2-5)"),  # was an IndexError
     ("", "--owners '': names no owner"), (" , ", "--owners ' , ': names no owner"),  # were: every owner
     ("0-", "'0-' is a range without its end"), ("-5", "'-5' is a range without its start"),  # 0- was owner 0
-    ("0-1000000000", "range 0-1000000000 out of range (the run has 3 owners: 0-2)"),
-    ("1,99999999999999999999999", "index 99999999999999999999999 out of range (the run has 3 owners"),
+    ("0-1000000000", "range 0-1000000000 is beyond the run's 3 owners (0-2)"),
+    ("1,99999999999999999999999", "index 99999999999999999999999 is beyond the run's 3 owners (0-2)"),
 ])
 def test_a_selection_the_run_cannot_give_is_refused_before_it_is_expanded(spec, says):
     """0-1000000000 on a 3-owner run built a list of 10^9 indices (minutes) before saying so."""
