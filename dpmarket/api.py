@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpmarket.errors import ArgumentTypeError, ArgumentValueError, ScenarioError
 from dpmarket.scenario.schema import Scenario
+from dpmarket.system import environment
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -223,6 +224,7 @@ def checked(function: Callable) -> Callable:
             if value is None and signature.parameters[argument].default is None:
                 continue
             bound.arguments[argument] = CHECKS[argument](name, argument, value)
+        environment.check()  # a DPMARKET_* variable it cannot read: before any work, as the commands
         return function(*bound.args, **bound.kwargs)
 
     return call
@@ -234,13 +236,19 @@ def checked(function: Callable) -> Callable:
 def load(scenario: ScenarioLike, seed: int | None = None, overrides: Overrides = None) -> Scenario:
     """A validated scenario from a file, a bundled example's name or a Scenario, with ``seed`` and
     ``overrides`` applied as ``--seed`` and ``--set`` would be."""
+    return _loaded(scenario, seed, overrides)
+
+
+def _loaded(scenario: ScenarioLike, seed: int | None, overrides: Overrides, swept: bool = False) -> Scenario:
+    """:func:`load`'s work (arguments already checked); ``swept``: the base of a sweep, whose rules
+    tying keys together are checked on each cell (:func:`dpmarket.scenario.checks.check_consistency`)."""
     from dpmarket import scenario as schema
     from dpmarket.scenario.bundled import find
 
     texts = override_texts(overrides) + ([] if seed is None else [f"seed={int(seed)}"])
     if isinstance(scenario, Scenario):
-        return schema.override(scenario, texts)
-    return schema.load(find(scenario), texts)
+        return schema.override(scenario, texts, swept=swept)
+    return schema.load(find(scenario), texts, swept=swept)
 
 
 def override_texts(overrides: Overrides) -> list[str]:
@@ -458,7 +466,7 @@ def _plan(scenario, seed, overrides, grid: list[str], replications: int, *, out,
     from dpmarket.experiment.grid import check_cells, parse_grid
     from dpmarket.experiment.study import make_plan, size_refusal
 
-    base = load(scenario, seed, overrides)
+    base = _loaded(scenario, seed, overrides, swept=bool(grid))
     function = "sweep" if grid else "replicate"
     too_large = size_refusal(base, check_cells(parse_grid(grid)), replications)
     if too_large:
@@ -488,6 +496,7 @@ def _in_memory(plan, how, keep_metrics: bool) -> list[list[dict]]:
     from dpmarket.experiment.executors import run_tasks
     from dpmarket.experiment.study import chunk_size
     from dpmarket.experiment.task import Task
+    from dpmarket.system.progress import of as progress_of
 
     size = chunk_size(len(plan.cells) * plan.replications, how.worker_count)
     tasks = [Task(cell.index, cell.scenario, tuple(range(start, min(start + size, plan.replications))),
@@ -500,7 +509,8 @@ def _in_memory(plan, how, keep_metrics: bool) -> list[list[dict]]:
                 found[record["cell"], record["replication"]] = record
             bar.update(len(records))
 
-        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+        run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler,
+                  progress=progress_of(how.progress))
     return [[found[c.index, r] for r in range(plan.replications)] for c in plan.cells]
 
 
@@ -600,6 +610,9 @@ def market(scenario: ScenarioLike, policies: Sequence[str] | str, replications: 
 
     resolved = load(scenario, seed, overrides)
     names = compare.parse_policies(policies, resolved, resolved.source)  # checked: one text
+    too_many = compare.replications_refusal(replications, len(names))
+    if too_many is not None:
+        raise ArgumentValueError("market", "replications", replications, too_many)
     comparison = compare.compare(resolved, names, replications, workers=workers, progress=progress,
                                  properties=properties)
     rows = compare.write(comparison, Path(out)) if out is not None else compare.policy_rows(comparison)
@@ -654,10 +667,14 @@ def audit(scenario: ScenarioLike, owner: int | None = None, runs: int | None = N
 
     from dpmarket.output import results
     from dpmarket.runs.audit import audit as run_audit
+    from dpmarket.runs.audit import runs_refusal
     from dpmarket.system.progress import of as progress_of
 
     resolved = load(scenario, seed, overrides)
     runs = runs if runs is not None else (1 if method == "one-run" else 2000)
+    too_many = runs_refusal(resolved, runs, method)
+    if too_many is not None:
+        raise ArgumentValueError("audit", "runs", runs, too_many)
     facts = results.audit_settings(owner, runs, view, method, confidence)
     if out is not None:
         from dpmarket.output import directories

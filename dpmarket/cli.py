@@ -12,7 +12,7 @@ from typing import IO, NoReturn
 from dpmarket._version import __version__
 from dpmarket.errors import DPMarketError, UsageError, one_line, warn
 from dpmarket.replay import compiled
-from dpmarket.system import streams
+from dpmarket.system import environment, streams
 from dpmarket.system.processes import exit_status, sigterm_as_interrupt
 
 STRICT_STATUS = 3  # --strict: a diagnostic warned (the command's results are written all the same)
@@ -164,9 +164,10 @@ def _parser() -> argparse.ArgumentParser:
         "as timeline-TAG.csv and timeline-TAG.png, TAG naming the selection (the run's own "
         "timeline.png is left as it is); or write the run as a Chrome trace for Perfetto."))
     line.add_argument("run_dir", type=Path, help="a run directory written by `dpmarket run`")
-    line.add_argument("--owners", help="owners to show: indices, names, ranges (0-9,crouse)")
-    line.add_argument("--from", dest="t0", type=float, help="start of the time window")
-    line.add_argument("--to", dest="t1", type=float, help="end of the time window")
+    line.add_argument("--owners", help="owners to show: indices, names, ranges A-B with A <= B (0-9,crouse), "
+                                       "within the run's owners")
+    line.add_argument("--from", dest="t0", type=float, help="start of the time window (a finite time)")
+    line.add_argument("--to", dest="t1", type=float, help="end of the time window (after --from)")
     line.add_argument("--format", dest="form", choices=("text", "csv", "markdown"), default="text",
                       help="print the answers as tables: shares online, in exchange and colliding, gaps "
                            "between updates, who waited longest, what happened in the window (default text)")
@@ -292,7 +293,8 @@ def _statused(call: Callable[[], int]) -> int:
 
 def _call(args: argparse.Namespace) -> int:
     """Call the command ``args`` name."""
-    compiled.choice()  # a bad DPMARKET_KERNEL ends the command before it writes anything
+    environment.check()  # a DPMARKET_* variable it cannot read ends the command before any work
+    compiled.choice()  # so does DPMARKET_KERNEL=numba where numba cannot be used
     if args.command == "validate":
         return _validate(args)
     if args.command == "explain":
@@ -314,14 +316,14 @@ def _call(args: argparse.Namespace) -> int:
     return _run(args)
 
 
-def _load(args: argparse.Namespace):
+def _load(args: argparse.Namespace, swept: bool = False):
     from dpmarket.scenario.bundled import find
     from dpmarket.scenario.loading import load
 
     overrides = list(args.overrides)
     if getattr(args, "seed", None) is not None:
         overrides.append(f"seed={args.seed}")
-    return load(find(args.scenario), overrides)  # a file, else a bundled example's name
+    return load(find(args.scenario), overrides, swept=swept)  # a file, else a bundled example's name
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -391,8 +393,8 @@ def _market(args: argparse.Namespace) -> int:
 
     scenario = _load(args)
     policies = compare.parse_policies(args.policies, scenario, str(args.scenario))
-    what = compare.identity(scenario, policies, compare.replication_seeds(scenario, args.replications),
-                            args.properties)
+    seeds = compare.replication_seeds(scenario, args.replications, len(policies))
+    what = compare.identity(scenario, policies, seeds, args.properties)
     out = args.out or directories.default_directory(Path("outputs") / f"{scenario.name}-market", what)
     directories.check(out, what)  # before the work: another comparison's results are never replaced
     comparison = compare.compare(scenario, policies, args.replications, workers=args.workers,
@@ -433,7 +435,8 @@ def _experiment(args: argparse.Namespace) -> int:
     from dpmarket.experiment import command
 
     sweep = args.command == "sweep"
-    job = command.Job(Path(args.scenario), _load(args), args.grid if sweep else [], args.replications,
+    base = _load(args, swept=sweep)  # a sweep's cells are checked each with its own grid values
+    job = command.Job(Path(args.scenario), base, args.grid if sweep else [], args.replications,
                       args.out, args.executor, args.workers, args.scheduler, not args.quiet)
     plan, out, how = command.plan(job)
     try:

@@ -164,7 +164,12 @@ class AuditError(DPMarketError):
     """An audit that cannot be run as asked (no such participant, too few runs, a market in time)."""
 
 
-class KernelError(DPMarketError):
+class EnvironmentVariableError(DPMarketError):
+    """An environment variable dpmarket reads (``DPMARKET_MEMORY``, ``DPMARKET_KERNEL``…) set to a value
+    it cannot use; the message names the variable and the value."""
+
+
+class KernelError(EnvironmentVariableError):
     """``DPMARKET_KERNEL`` names no kernel, or names numba where it is not installed."""
 
 

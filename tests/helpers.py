@@ -295,3 +295,23 @@ def copies_chain(owners: int, pull: float, kicks, clip: bool = False, fixed: boo
         copy[rows, i] = np.clip(step, -1.0, 1.0) if clip else step
     mean = (theta + copy.sum(axis=1)) / (owners + 1)
     return theta**2, float(np.mean(mean**2))
+
+
+class HangError(AssertionError):
+    """Raised by :func:`deadline`: the block did not end in time (it would have hung)."""
+
+
+@contextmanager
+def deadline(seconds: float) -> Iterator[None]:
+    """Fail the block with :class:`HangError` if it runs longer than ``seconds`` of wall time (main thread,
+    POSIX): a test of a refusal that used to hang fails on the old code instead of hanging itself."""
+    def expire(signum, frame):
+        raise HangError(f"still running after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -29,7 +29,7 @@ from dpmarket.runs import pilots as calibration
 from dpmarket.scenario.checks import check_policy
 from dpmarket.scenario.schema import POLICIES, Scenario
 from dpmarket.scenario.sizes import refuse_impossible_sizes
-from dpmarket.system import files, reproducibility
+from dpmarket.system import counts, files, reproducibility
 from dpmarket.system.progress import Progress
 from dpmarket.system.progress import of as progress_of
 
@@ -82,8 +82,25 @@ def parse_policies(text: str, scenario: Scenario, source: str) -> list[str]:
     return names
 
 
-def replication_seeds(scenario: Scenario, replications: int) -> list[int]:
-    """The run seeds every policy shares: the scenario's own for one replication."""
+# What each replication holds until the comparison ends: its seed (a Python int in a list), and per
+# policy its training job and ψ
+SEED_BYTES, JOB_BYTES = 40, 64
+
+
+def replications_refusal(replications: int, policies: int) -> str | None:
+    """Why ``replications`` training runs of each of ``policies`` policies cannot be made, before any
+    seed is derived (more than numpy counts, or their seeds, jobs and ψ beyond memory), or None."""
+    which = "1 policy" if policies == 1 else f"{policies} policies"
+    return counts.refusal(replications, SEED_BYTES + policies * JOB_BYTES,
+                          f"{replications:,} replications of {which} (each its seed, training jobs and psi)")
+
+
+def replication_seeds(scenario: Scenario, replications: int, policies: int = 1) -> list[int]:
+    """The run seeds every policy shares: the scenario's own for one replication; a count of them that
+    cannot be honoured is refused before any is derived (``--replications``)."""
+    too_many = replications_refusal(replications, policies)
+    if too_many is not None:
+        raise ScenarioError("--replications", "", replications, too_many)
     if replications == 1:
         return [scenario.seed]
     return streams.replication_seeds(scenario.seed, replications)
@@ -117,7 +134,7 @@ def compare(scenario: Scenario, policies: list[str], replications: int = 1,
     consortium, objective = prepared.consortium, prepared.objective
     forecast, source = calibration.resolve(base, consortium, objective, cache, progress=progress)
     sellers = sellers_of(base, prepared)
-    seeds = replication_seeds(base, replications)
+    seeds = replication_seeds(base, replications, len(policies))
     outcomes = [settle(name, sellers, forecast, base.market, base.seed) for name in policies]
     trained = [o for o in outcomes if o.participates.any()]  # nobody takes part: nothing to train
     jobs = [(o.members, o.epsilon, seed) for o in trained for seed in seeds]

@@ -24,6 +24,7 @@ from threadpoolctl import threadpool_limits
 from dpmarket.errors import ExecutorError, one_line
 from dpmarket.experiment.task import Task, run_task
 from dpmarket.system import processes
+from dpmarket.system.progress import SILENT, Progress
 
 EXECUTORS = ("serial", "process", "dask")
 OnDone = Callable[[Task, list[dict]], None]
@@ -42,8 +43,9 @@ def default_workers() -> int:
 
 
 def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", workers: int = 1,
-              scheduler: str | None = None) -> None:
-    """Run ``tasks`` on ``executor`` and hand each task's records to ``on_done`` as it finishes.
+              scheduler: str | None = None, *, progress: Progress = SILENT) -> None:
+    """Run ``tasks`` on ``executor`` and hand each task's records to ``on_done`` as it finishes;
+    ``progress`` shows the wait for a Dask scheduler that does not answer at once.
 
     Never more workers than tasks: ``--workers 1000`` for 3 tasks starts 3 processes (or Dask
     workers), not 1,000 idle ones. (The default, the machine's cores, is chosen by the caller.)
@@ -57,7 +59,7 @@ def run_tasks(tasks: list[Task], on_done: OnDone, executor: str = "serial", work
             _run_pool(tasks, on_done, workers)
     elif executor == "dask":
         if tasks:
-            _run_dask(tasks, on_done, workers, scheduler)
+            _run_dask(tasks, on_done, workers, scheduler, progress)
     else:
         raise ExecutorError(f"--executor {executor!r}: expected one of {', '.join(EXECUTORS)}")
 
@@ -159,7 +161,7 @@ def _deliver_finished(futures: dict[Future, Task | None], on_done: OnDone) -> No
             futures[future] = None
 
 
-def _dask_client(workers: int, scheduler: str | None):
+def _dask_client(workers: int, scheduler: str | None, progress: Progress = SILENT):
     """A Client of the cluster at ``scheduler``, or of a new LocalCluster; (client, cluster or None).
 
     A new LocalCluster starts with Ctrl-C and SIGTERM ignored, which its worker processes inherit (see
@@ -172,7 +174,7 @@ def _dask_client(workers: int, scheduler: str | None):
         raise ExecutorError("--executor dask needs dask.distributed: pip install 'dpmarket[dask]'") from None
     if scheduler is not None:
         seconds = connect_timeout()
-        _probe(scheduler, seconds)
+        _probe(scheduler, seconds, progress)
         try:
             return Client(scheduler, timeout=seconds), None
         except (OSError, TimeoutError) as exc:
@@ -193,12 +195,14 @@ def connect_timeout() -> float:
     return float(parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), default="seconds"))
 
 
-def _probe(address: str, seconds: float) -> None:
+def _probe(address: str, seconds: float, progress: Progress = SILENT) -> None:
     """Connect to the scheduler at ``address`` and ask its identity, all within ``seconds``; else one
     line (nothing listens, something else listens, or it does not answer). The asking runs on a
     daemon thread with an event loop of its own while this thread waits for it: Ctrl-C and SIGTERM
     land here, in the main thread, and end the wait as they end any other (no traceback from inside
-    the loop; the thread dies with the process)."""
+    the loop; the thread dies with the process). A wait that lasts is a ``progress`` phase saying what
+    it waits for and for how long at most (on a terminal, after a second, then cleared): an unreachable
+    host used to be 30 silent seconds before the error."""
     import asyncio
 
     from distributed.comm import connect
@@ -221,7 +225,8 @@ def _probe(address: str, seconds: float) -> None:
 
     thread = threading.Thread(target=work, name="dpmarket-scheduler-probe", daemon=True)
     thread.start()
-    thread.join(seconds + 1.0)
+    with progress.phase(f"waiting for the Dask scheduler at {address} (giving up after {seconds:g} s)"):
+        thread.join(seconds + 1.0)
     error = outcome.get("error")
     if thread.is_alive() or isinstance(error, TimeoutError):  # asyncio's is the builtin since 3.11
         raise ExecutorError(f"--scheduler {address}: no Dask scheduler answered within {seconds:g} s "
@@ -233,7 +238,8 @@ def _probe(address: str, seconds: float) -> None:
         raise ExecutorError(f"--scheduler {address}: what answers there is not a Dask scheduler")
 
 
-def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None) -> None:
+def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str | None,
+              progress: Progress = SILENT) -> None:
     """A dask.distributed client: on the cluster at ``scheduler``, else on a LocalCluster of
     ``workers`` single-threaded processes. Dask re-runs the tasks of a killed worker elsewhere."""
     # Ctrl-C and SIGTERM are ignored while Dask starts its worker processes, which inherit that:
@@ -243,7 +249,7 @@ def _run_dask(tasks: list[Task], on_done: OnDone, workers: int, scheduler: str |
     logger = logging.getLogger("distributed")
     level = logger.level
     try:
-        client, cluster = _dask_client(workers, scheduler)
+        client, cluster = _dask_client(workers, scheduler, progress)
         _drain_dask(client, tasks, futures, on_done)
     except KeyboardInterrupt:
         # Once interrupted, the scheduler in this process logs CRITICAL tracebacks of the comms the

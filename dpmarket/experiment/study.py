@@ -29,7 +29,8 @@ from dpmarket.output.summary import REPLICATIONS_ORACLE, SWEEP_ORACLE, oracle_st
 from dpmarket.privacy.cohort import check_budgets
 from dpmarket.runs.replications import replayable
 from dpmarket.scenario.schema import Scenario
-from dpmarket.system import files, memory, reproducibility
+from dpmarket.system import counts, files, reproducibility
+from dpmarket.system.progress import of as progress_of
 
 MAX_CHUNK = 8  # replications per task: small enough that Ctrl-C waits little, big enough to amortise
 BATCH_UPDATES = 20_000_000  # replication-updates per replayed task: a few seconds, so Ctrl-C waits little
@@ -65,9 +66,9 @@ def size_refusal(base: Scenario, cells: int, replications: int) -> str | None:
     """Why ``cells`` × ``replications`` runs of ``base`` cannot fit in memory (their records are kept
     until the tables are written, and their seeds are derived up front), or None."""
     owners = base.data.owners if base.data.source == "synthetic" else 1  # a table's: unknown, at least 1
-    needed = replications * (SEED_BYTES + cells * (RECORD_BYTES + OWNER_BYTES * owners))
-    return memory.shortfall(needed, f"{cells:,} cell{'s' if cells > 1 else ''} x {replications:,} "
-                                    f"replications of {owners:,} owners")
+    return counts.refusal(replications, SEED_BYTES + cells * (RECORD_BYTES + OWNER_BYTES * owners),
+                          f"{cells:,} cell{'s' if cells > 1 else ''} x {replications:,} replications of "
+                          f"{owners:,} owners")
 
 
 def make_plan(kind: str, base: Scenario, grid: list[str], replications: int, source: str) -> Plan:
@@ -168,7 +169,8 @@ def execute_plan(plan: Plan, out: Path, how: Execution, keep_metrics: bool) -> t
                 found.update(((task.cell, r["replication"]), r) for r in records)
                 bar.update(len(records))
 
-            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler)
+            run_tasks(tasks, on_done, how.executor, how.worker_count, how.scheduler,
+                      progress=progress_of(how.progress))
     except BaseException:
         if created:
             store.remove_if_empty()  # a failure before any result leaves no directory behind

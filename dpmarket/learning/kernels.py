@@ -29,16 +29,16 @@ numba); under ``auto`` one warning per process, and numpy computes instead, with
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from dpmarket.errors import KernelError, one_line, warn
+from dpmarket.system import environment
 
-VARIABLE = "DPMARKET_KERNEL"
-CHOICES = ("auto", "numpy", "numba")
+VARIABLE = environment.KERNEL
+CHOICES = environment.KERNELS
 BACKENDS = ("numpy", "numba")
 # Record × feature reads of answers and ψ from which ``auto`` takes numba: where one run's time under
 # numba (its start-up, about 1 s of CPU per process, plus its reads) falls below numpy's. Measured end to
@@ -59,10 +59,7 @@ _warned = False  # auto's fall-back is said once per process
 def choice() -> str:
     """The kernel ``DPMARKET_KERNEL`` asks for (``auto`` when unset), checked: an unknown name, or
     ``numba`` where numba is not installed or does not import, is an error (no silent fallback)."""
-    value = os.environ.get(VARIABLE, "auto").strip().lower() or "auto"
-    if value not in CHOICES:
-        raise KernelError(f"environment: {VARIABLE} = {os.environ[VARIABLE]!r}: expected one of "
-                          f"{', '.join(CHOICES)}")
+    value = environment.read(VARIABLE) or "auto"  # an unknown name: a KernelError
     if value == "numba":
         if not available():
             raise KernelError(f"environment: {VARIABLE} = 'numba': numba is not installed "

@@ -34,7 +34,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpmarket.errors import TimelineError, one_line
+from dpmarket.schedule.events import COLUMNS as EVENT_COLUMNS
 from dpmarket.schedule.events import KINDS as EVENT_KINDS
+from dpmarket.schedule.events import MARKET_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -95,6 +98,43 @@ def timing_of(scenario: dict, summary: dict) -> Timing:
                   float(net.get("latency", 0.0)), learner.get("algorithm", "async") != "async", end)
 
 
+# --- a file the run did not write whole ----------------------------------------------------------------
+
+DAMAGED = "the run directory is damaged or was not written whole"
+
+
+def check_written(path: Path, *headers: tuple[str, ...]) -> None:
+    """Refuse, naming it, a CSV file of a run directory that was not written whole: empty, with a first
+    line that is none of ``headers``, or ending inside a line (the writers end every line, so a file cut
+    short by a full disk or an interrupted copy ends without one)."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline()
+            size = fh.seek(0, 2)
+            fh.seek(max(size - 1, 0))
+            last = fh.read(1)
+    except OSError as exc:
+        raise TimelineError(one_line(f"{path}: cannot be read ({exc.strerror or exc})")) from None
+    if size == 0:
+        raise TimelineError(f"{path}: empty: {DAMAGED}")
+    if first.rstrip(b"\r\n").decode("utf-8", "replace").split(",") not in [list(h) for h in headers]:
+        raise TimelineError(one_line(f"{path}: its first line is {first[:60]!r}, not the header "
+                                     f"{','.join(headers[0])}: {DAMAGED}"))
+    if last != b"\n":
+        raise TimelineError(f"{path}: ends in the middle of a line (cut short): {DAMAGED}")
+
+
+def _refusing(blocks: Iterator, path: Path) -> Iterator:
+    """``blocks`` as they come; a row the reader cannot parse is one TimelineError naming the file (an
+    error raised where the blocks are used does not pass through here)."""
+    try:
+        yield from blocks
+    except (ValueError, OverflowError, csv.Error) as exc:  # the file's content (ArrowInvalid: a ValueError)
+        text = str(exc).strip().splitlines()
+        raise TimelineError(one_line(f"{path}: cannot be read ({text[0] if text else type(exc).__name__}): "
+                                     f"{DAMAGED}")) from None
+
+
 # --- reading events.csv a block at a time ---------------------------------------------------------
 
 Block = dict[str, np.ndarray]
@@ -102,10 +142,12 @@ Block = dict[str, np.ndarray]
 
 def event_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Block]:
     """events.csv as blocks of numpy columns: time, kind (code of events.KINDS), owner, k (NaN if
-    empty), eps, channel (−1 if empty), detail (code of DETAILS), amount (NaN), seq (row number)."""
+    empty), eps, channel (−1 if empty), detail (code of DETAILS), amount (NaN), seq (row number); a
+    file that was not written whole, or a row that cannot be read, is a TimelineError naming it."""
+    check_written(path, EVENT_COLUMNS, MARKET_COLUMNS)
     if Path(path).stat().st_size <= SMALL_BYTES:
-        return _small_blocks(path, max(block_bytes // 40, 1))
-    return _arrow_blocks(path, block_bytes)
+        return _refusing(_small_blocks(path, max(block_bytes // 40, 1)), path)
+    return _refusing(_arrow_blocks(path, block_bytes), path)
 
 
 def _small_blocks(path: Path, rows: int) -> Iterator[Block]:
@@ -117,6 +159,9 @@ def _small_blocks(path: Path, rows: int) -> Iterator[Block]:
             chunk = [row for _, row in zip(range(rows), reader, strict=False)]
             if not chunk:
                 return
+            for at, row in enumerate(chunk):
+                if len(row) != len(header):
+                    raise ValueError(f"line {seq + at + 2} has {len(row)} fields, not {len(header)}")
             columns = dict(zip(header, zip(*chunk, strict=True), strict=True))
             n = len(chunk)
             yield {"time": _parsed(columns["time"]), "k": _parsed(columns["k"]),
@@ -502,7 +547,14 @@ def _optional(values: np.ndarray) -> list:
 
 
 def read(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[Spans]:
-    """spans.csv back as blocks in the form the sinks receive (codes for kind, outcome, detail)."""
+    """spans.csv back as blocks in the form the sinks receive (codes for kind, outcome, detail); a file
+    that was not written whole, or cannot be read, is a TimelineError naming it."""
+    check_written(path, COLUMNS)
+    return _refusing(_read_blocks(path, block_bytes), path)
+
+
+def _read_blocks(path: Path, block_bytes: int) -> Iterator[Spans]:
+    """:func:`read`'s blocks, with pyarrow's streaming reader."""
     import pyarrow as pa
     import pyarrow.csv as pacsv
 

@@ -11,16 +11,24 @@ beyond that lanes of channels or owner groups counted per time bin, so 10,000 ow
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
-from dpmarket.errors import TimelineError
+from dpmarket.errors import TimelineError, one_line
 from dpmarket.output import spans, trace, views
+from dpmarket.schedule.events import COLUMNS as EVENT_COLUMNS
+from dpmarket.schedule.events import MARKET_COLUMNS
+
+T = TypeVar("T")
 
 MAX_ROWS = 40
 EVENT_TYPES = {"time": "float64", "kind": "category", "owner": "int64", "k": "float64",
@@ -42,32 +50,119 @@ class Run:
         return float(self.events["time"].max()) if len(self.events) else 0.0
 
 
+def read_file(path: Path, reader: Callable[[Path], T]) -> T:
+    """``reader(path)``, with a file it cannot parse refused in one line naming it: a run directory
+    that is damaged, or was not written whole, ends the command, never in a traceback."""
+    try:
+        return reader(path)
+    except FileNotFoundError:
+        raise TimelineError(f"{path.parent}: not a run directory (no {path.name})") from None
+    except (ValueError, KeyError, OSError) as exc:  # pandas', TOML's and JSON's errors are ValueErrors
+        text = str(exc).strip().splitlines()
+        reason = text[0] if text and not isinstance(exc, KeyError) else f"no column {exc}"
+        raise TimelineError(one_line(f"{path}: cannot be read ({reason}): {spans.DAMAGED}")) from None
+
+
+def _events(path: Path) -> pd.DataFrame:
+    """events.csv, checked to be written whole and to hold events (:func:`check_events`)."""
+    check_events(path.parent)
+    return pd.read_csv(path, usecols=list(EVENT_TYPES), dtype=EVENT_TYPES)
+
+
+def _toml(path: Path) -> dict:
+    return tomllib.loads(path.read_text(encoding="utf-8"))
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _names(path: Path) -> list[str]:
+    """The owners' names, from owners.csv (its ``name`` column)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as fh:
+        return [row["name"] for row in csv.DictReader(fh)]
+
+
 def load_run(path: str | Path) -> Run:
-    """Read the tables of a run directory; a clear error if it is not one."""
+    """Read the tables of a run directory; a clear error if it is not one, or a file is damaged."""
     path = Path(path)
     for name in ("events.csv", "owners.csv", "scenario.toml"):
         if not (path / name).is_file():
             raise TimelineError(f"{path}: not a run directory (no {name})")
-    events = pd.read_csv(path / "events.csv", usecols=list(EVENT_TYPES), dtype=EVENT_TYPES)
-    channels = pd.read_csv(path / "channels.csv") if (path / "channels.csv").is_file() else None
-    scenario = tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8"))
-    return Run(path, events, pd.read_csv(path / "owners.csv"), channels, scenario)
+    events = read_file(path / "events.csv", _events)
+    channels = read_file(path / "channels.csv", pd.read_csv) if (path / "channels.csv").is_file() else None
+    scenario = read_file(path / "scenario.toml", _toml)
+    owners = read_file(path / "owners.csv", pd.read_csv)
+    if "name" not in owners:
+        raise TimelineError(f"{path / 'owners.csv'}: no column 'name': {spans.DAMAGED}")
+    return Run(path, events, owners, channels, scenario)
 
 
 def settings(path: Path) -> tuple[dict, dict, list[str]]:
     """A run directory's scenario.toml and summary.json as dicts, and its owners' names (owners.csv),
     read without events.csv (which may be large)."""
-    import csv
-    import json
-
     for name in ("events.csv", "owners.csv", "scenario.toml"):
         if not (path / name).is_file():
             raise TimelineError(f"{path}: not a run directory (no {name})")
-    with open(path / "owners.csv", newline="", encoding="utf-8") as fh:
-        names = [row["name"] for row in csv.DictReader(fh)]
     summary = path / "summary.json"  # a hand-made directory may leave it out: the log's last time ends it
-    return (tomllib.loads((path / "scenario.toml").read_text(encoding="utf-8")),
-            json.loads(summary.read_text(encoding="utf-8")) if summary.is_file() else {}, names)
+    return (read_file(path / "scenario.toml", _toml),
+            read_file(summary, _json) if summary.is_file() else {},
+            read_file(path / "owners.csv", _names))
+
+
+def window(t0: float | None, t1: float | None, end: float) -> tuple[float, float]:
+    """The window [--from, --to] (the run's start, 0, and its ``end`` for what is not given), checked:
+    finite numbers (``--from nan`` and ``--to 1e309`` reached matplotlib's axis error), the second after
+    the first, and room in floating point for an axis around them (``--from 1e307 --to 1.7e308`` was
+    the same error); a refusal names only the options given."""
+    for option, value in (("--from", t0), ("--to", t1)):
+        if value is not None and not math.isfinite(value):
+            raise TimelineError(f"{option} {value}: not a finite time")
+    start, stop = (0.0 if t0 is None else t0), (end if t1 is None else t1)
+    if stop <= start:
+        raise TimelineError(f"{_given(t0, t1, end)}: the window is empty")
+    width = stop - start
+    if not (math.isfinite(width) and math.isfinite(stop + width) and math.isfinite(start - width)):
+        raise TimelineError(f"{_given(t0, t1, end)}: too large for 64-bit floats (an axis needs the window's "
+                            "width again beyond each end)")
+    return start, stop
+
+
+def _given(t0: float | None, t1: float | None, end: float) -> str:
+    """The window's options as the user gave them, with what stands for the missing one."""
+    if t0 is not None and t1 is not None:
+        return f"--from {t0:g} --to {t1:g}"
+    if t0 is not None:
+        return f"--from {t0:g} (the run ends at t = {end:g})"
+    return f"--to {t1:g} (from 0)" if t1 is not None else f"the run (from 0 to its end, t = {end:g})"
+
+
+def last_time(events: Path) -> float:
+    """The time of the log's last event (the log is in time order): the end of a run whose directory
+    has no summary.json to say it (one made by hand), read from the file's last line."""
+    with open(events, "rb") as fh:
+        fh.seek(max(fh.seek(0, 2) - 4096, 0))
+        lines = fh.read().splitlines()
+    try:
+        time = float(lines[-1].split(b",")[0])
+    except (IndexError, ValueError):
+        return 0.0
+    return time if math.isfinite(time) else 0.0
+
+
+def check_events(path: Path) -> None:
+    """Refuse a run whose events.csv was not written whole (:func:`dpmarket.output.spans.check_written`)
+    or holds no event: there is then no timeline, whatever the window (a header-only log said
+    "--from 0 --to 0: the window is empty" though no window was given)."""
+    events = path / "events.csv"
+    spans.check_written(events, EVENT_COLUMNS, MARKET_COLUMNS)
+    with open(events, "rb") as fh:
+        fh.readline()
+        if not fh.readline().strip():
+            raise TimelineError(f"{events}: no events (only its header): nothing happened in the run, or it "
+                                "was not written whole; there is no timeline to show")
 
 
 def spans_of(path: Path) -> Path:
@@ -92,12 +187,16 @@ def write_trace(run_dir: str | Path, target: str | Path, owners: str | None = No
     with files.writing(target):
         files.destination(target)  # a device, a FIFO or a directory is refused before any work
     scenario, summary, names = settings(path)
+    check_events(path)
     timing = spans.timing_of(scenario, summary)
-    start, stop = (0.0 if t0 is None else t0), (timing.end if t1 is None else t1)
-    if stop <= start:
-        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
-    chosen = select_owners(owners, names) if owners else None
-    metrics = pd.read_csv(path / "metrics.csv")
+    start, stop = window(t0, t1, timing.end or last_time(path / "events.csv"))
+    if max(abs(start), abs(stop)) > trace.MAX_TIME:
+        raise TimelineError(f"{_given(t0, t1, timing.end)}: beyond t = ±{trace.MAX_TIME:.3g}, the times a "
+                            "trace holds (whole nanoseconds in 64 bits)")
+    chosen = select_owners(owners, names) if owners is not None else None
+    metrics = read_file(path / "metrics.csv", pd.read_csv)
+    if not {"time", "psi"} <= set(metrics):
+        raise TimelineError(f"{path / 'metrics.csv'}: no columns time and psi: {spans.DAMAGED}")
     source = spans_of(path)
     other: dict = {}
 
@@ -274,22 +373,39 @@ def markdown(frame: pd.DataFrame) -> str:
 
 
 def select_owners(spec: str | None, names: list[str]) -> np.ndarray:
-    """Owner indices from ``"0-9,crouse,12"`` (indices, names, inclusive ranges); all if None."""
-    if not spec:
+    """Owner indices from ``"0-9,crouse,12"`` (indices, names, inclusive ranges); all if None. Each
+    index and range is checked against the run's owners before it is expanded, so a range is never
+    longer than the run has owners (``0-1000000000`` on 3 owners built a list of 10^9 first)."""
+    if spec is None:
         return np.arange(len(names))
     index, chosen = {name: i for i, name in enumerate(names)}, []
-    for part in (p.strip() for p in spec.split(",") if p.strip()):
+    parts = [p.strip() for p in spec.split(",") if p.strip()]
+    if not parts:
+        raise TimelineError(f"--owners {spec!r}: names no owner (indices, names or ranges such as 0-9)")
+    for part in parts:
         if part in index:
-            chosen.append(index[part])
-        elif re.fullmatch(r"[0-9]+(-[0-9]*)?", part):  # ASCII digits only ('٣' or '²' are not)
-            lo, _, hi = part.partition("-")
-            chosen.extend(range(int(lo), int(hi or lo) + 1))
+            chosen.append(np.array([index[part]]))
+        elif re.fullmatch(r"[0-9]+(-[0-9]+)?", part):  # ASCII digits only ('٣' or '²' are not)
+            chosen.append(_range(part, len(names)))
+        elif re.fullmatch(r"[0-9]+-|-[0-9]+", part):
+            missing = "start" if part.startswith("-") else "end"
+            raise TimelineError(f"--owners: {part!r} is a range without its {missing} (such as 0-9)")
         else:
-            raise TimelineError(f"--owners: {part!r} is neither an owner name, an index nor a range")
-    bad = [i for i in chosen if not 0 <= i < len(names)]
-    if bad:
-        raise TimelineError(f"--owners: index {bad[0]} out of range (the run has {len(names)} owners)")
-    return np.unique(chosen)
+            raise TimelineError(one_line(f"--owners: {part!r} is neither an owner name, an index nor a "
+                                         "range (such as 0-9)"))
+    return np.unique(np.concatenate(chosen))
+
+
+def _range(part: str, owners: int) -> np.ndarray:
+    """The indices of ``"lo-hi"`` or ``"i"``, checked against the run's ``owners`` before any is made."""
+    lo, _, hi = part.partition("-")
+    first, last = int(lo), int(hi or lo)
+    if last < first:
+        raise TimelineError(f"--owners: {part!r} is an empty range (from the smaller index: {hi}-{lo})")
+    if last >= owners:
+        what = f"index {first}" if first == last else f"range {part}"
+        raise TimelineError(f"--owners: {what} is beyond the run's {owners} owners (0-{owners - 1})")
+    return np.arange(first, last + 1)
 
 
 def offline_intervals(events: pd.DataFrame, end: float) -> pd.DataFrame:

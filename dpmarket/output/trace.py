@@ -41,6 +41,7 @@ MAX_OWNER_TRACKS = 500
 BINS = 500
 LEARNER, CHANNELS, MARKET, OVERVIEW, OWNER_BASE = 1, 2, 3, 4, 100
 EXCHANGES, AVAILABILITY, MEMBERSHIP = 1, 2, 3  # an owner's threads
+MAX_TIME = (2**63 - 1) / 1e9  # timestamps are whole nanoseconds in 64-bit integers: ±9.2e9 time units
 
 
 def _ns(t: np.ndarray | float) -> np.ndarray:

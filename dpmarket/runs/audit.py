@@ -60,6 +60,7 @@ from dpmarket.privacy.mechanisms import rounding_margin
 from dpmarket.privacy.owners import DataOwner, project
 from dpmarket.runs.replications import run_cell
 from dpmarket.scenario.schema import Scenario
+from dpmarket.system import counts
 from dpmarket.system.progress import SILENT, Progress
 
 VIEWS = ("answers", "model")
@@ -67,6 +68,9 @@ METHODS = ("worlds", "one-run")
 AUDIT_KEY = 0x61756474  # "audt": mixed into the scenario's seed to derive the audit's run seeds
 LEAK_KEY = 0x6C65616B  # "leak": and, with it, the streams of the leakier owners' noise
 GROUP_VALUES = 1 << 22  # query-by-record products the adversary holds at once
+# What each run holds until the audit ends: its seed (a Python int in a list), and per world the
+# adversary's score and count of answers seen and the final model (p floats); one run's canary bits
+SEED_BYTES, SCORE_BYTES, FLOAT = 40, 16, 8
 
 
 @dataclass(frozen=True)
@@ -472,6 +476,9 @@ def audit(scenario: Scenario, owner: int | None = None, runs: int = 2000, view: 
     (``method = "worlds"``) or ``runs`` runs with one canary per feature (``"one-run"``), the
     adversaries of ``view`` (answers, model or both), bounds at ``confidence``."""
     _check(runs, view, method, confidence)
+    too_many = runs_refusal(scenario, runs, method)
+    if too_many is not None:
+        raise AuditError(f"--runs {runs}: {too_many}")
     found = setting(scenario, owner, progress)
     if method == "one-run":
         return _one_run(scenario, found, runs, confidence, progress)
@@ -489,6 +496,17 @@ def _check(runs: int, view: str, method: str, confidence: float) -> None:
     if runs < least:
         raise AuditError(f"--runs {runs}: at least {least} (half of each world's runs choose the threshold, "
                          "the other half count the errors)")
+
+
+def runs_refusal(scenario: Scenario, runs: int, method: str) -> str | None:
+    """Why ``runs`` audit runs of ``scenario`` cannot be made, before any is: more than numpy counts,
+    or more memory than there is for what every run keeps until the end (its seed, and per world its
+    score and final model; by one run, its seed and canary bits), or None."""
+    p = scenario.data.features if scenario.data.source == "synthetic" else 1  # a table's: once read
+    if method == "one-run":
+        return counts.refusal(runs, SEED_BYTES + p * FLOAT, f"{runs:,} runs' seeds and {p} canary bits each")
+    return counts.refusal(runs, 2 * (SEED_BYTES + SCORE_BYTES + p * FLOAT),
+                          f"2 worlds x {runs:,} runs (each its seed, score and final model)")
 
 
 def _worlds(scenario: Scenario, found: Setting, runs: int, views: tuple[str, ...], confidence: float,

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,14 +35,14 @@ from dpmarket.privacy.guarantee import Guarantee
 from dpmarket.runs.replications import batched, final_psis
 from dpmarket.scenario.loading import file_digests
 from dpmarket.scenario.schema import ForecastConstants, Scenario
-from dpmarket.system import files
+from dpmarket.system import environment, files
 from dpmarket.system.progress import SILENT, Progress
 
 if TYPE_CHECKING:
     from dpmarket.data.problem import Prepared
 
 CACHE_DIR = Path("outputs") / "forecasts"  # under the working directory, unless CACHE_ENV names another
-CACHE_ENV = "DPMARKET_FORECAST_CACHE"
+CACHE_ENV = environment.FORECAST_CACHE
 SUBSET_STREAM = 2**31 - 2  # sub-index of the "market" stream for the pilots' owner order
 FORMS = "law-12"  # bump when the law or the pilots change meaning: old cache files are then ignored
 ORACLE = "the owners' records (oracle)"
@@ -119,7 +118,8 @@ def pilot_plan(scenario: Scenario, owners: int) -> list[Pilot]:
     cfg = scenario.market.pilots
     levels = np.geomspace(cfg.epsilon_low, cfg.epsilon_high, cfg.levels)
     order = streams.stream(scenario.seed, "market", SUBSET_STREAM).permutation(owners)
-    sizes = sorted({max(1, int(np.ceil(owners / 2**j))) for j in range(cfg.subsets)}, reverse=True)
+    halvings = min(cfg.subsets, max(1, owners - 1).bit_length() + 1)  # beyond, the single owner again
+    sizes = sorted({max(1, int(np.ceil(owners / 2**j))) for j in range(halvings)}, reverse=True)
     count = len(levels) * len(sizes) * cfg.replications
     seeds = iter(streams.replication_seeds(scenario.seed, count))
     return [Pilot(np.sort(order[:size]), float(eps), next(seeds))
@@ -294,7 +294,7 @@ def pilots_from_table(stored: dict, records: np.ndarray) -> PilotRuns:
 def cache_dir() -> Path:
     """The default cache directory: $DPMARKET_FORECAST_CACHE when set (read at each call, so a test
     suite or a shared server can move it), else outputs/forecasts/ under the working directory."""
-    return Path(os.environ.get(CACHE_ENV) or CACHE_DIR)
+    return environment.read(CACHE_ENV) or Path(CACHE_DIR)
 
 
 def cache_file(scenario: Scenario, directory: Path | None = None) -> Path:

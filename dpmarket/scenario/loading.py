@@ -22,21 +22,24 @@ from dpmarket.scenario.sizes import refuse_impossible_sizes
 from dpmarket.system import files
 
 
-def validate(table: dict, source: str) -> Scenario:
-    """Validate a raw table into a Scenario; the first problem becomes one ScenarioError."""
+def validate(table: dict, source: str, *, swept: bool = False) -> Scenario:
+    """Validate a raw table into a Scenario; the first problem becomes one ScenarioError. ``swept``:
+    the base of a sweep, whose rules tying keys together are checked on each cell
+    (:func:`~dpmarket.scenario.checks.check_consistency`)."""
     try:
         scenario = Scenario.model_validate(table)
     except ValidationError as exc:
         key, value, reason = first_problem(exc.errors())
         raise ScenarioError(source, key, short(value), reason) from None
-    check_consistency(scenario, source)
+    check_consistency(scenario, source, swept=swept)
     refuse_impossible_sizes(scenario, source)
     scenario._source = source
     return scenario
 
 
-def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scenario:
-    """Read, override and validate a scenario file; every failure is a ScenarioError."""
+def load(path: str | Path, overrides: list[str] | tuple[str, ...] = (), *, swept: bool = False) -> Scenario:
+    """Read, override and validate a scenario file; every failure is a ScenarioError (``swept``: the
+    base of a sweep, see :func:`validate`)."""
     path = Path(path)
     source = str(path)
     refuse_special(path, source, "")
@@ -51,25 +54,25 @@ def load(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Scena
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(source, "", _MISSING, f"malformed TOML: {exc}") from None
     _resolve_data_path(table, path.parent)  # a path written in the file: relative to the file
-    return _overridden(table, overrides, source, path.parent)
+    return _overridden(table, overrides, source, path.parent, swept=swept)
 
 
-def override(scenario: Scenario, overrides: list[str] | tuple[str, ...]) -> Scenario:
+def override(scenario: Scenario, overrides: list[str] | tuple[str, ...], *, swept: bool = False) -> Scenario:
     """``scenario`` with ``--set``-style overrides, checked exactly like a file's (files they name
     are relative to the working directory); the scenario itself when there are none."""
     if not overrides:
         return scenario
-    return _overridden(scenario.resolved_table(), overrides, scenario.source, Path.cwd())
+    return _overridden(scenario.resolved_table(), overrides, scenario.source, Path.cwd(), swept=swept)
 
 
-def _overridden(table: dict, overrides, source: str, base: Path) -> Scenario:
+def _overridden(table: dict, overrides, source: str, base: Path, *, swept: bool = False) -> Scenario:
     """Apply overrides to a raw table, make its files absolute (a trace against ``base``), validate."""
     for text_override in overrides:
         keys, value = parse_override(text_override)
         apply_override(table, keys, value, f"{source} (--set {text_override})")
     label = source if not overrides else f"{source} (with --set {' '.join(overrides)})"
     resolve_files(table, base, label)
-    return validate(table, label)
+    return validate(table, label, swept=swept)
 
 
 def resolve_files(table: dict, base: Path, source: str) -> None:

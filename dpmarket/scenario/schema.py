@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -25,10 +26,23 @@ from pydantic import (
     model_validator,
 )
 
-PosInt = Annotated[int, Field(ge=1)]
+from dpmarket.system import counts
+
+
+def _exact(count: int) -> int:
+    """A count numpy holds exactly (:data:`dpmarket.system.counts.EXACT`): 10**40 iterations was numpy's
+    casting error deep inside a run."""
+    reason = counts.exact(count)
+    if reason is not None:
+        raise ValueError(reason)
+    return count
+
+
+Exact = AfterValidator(_exact)
+PosInt = Annotated[int, Field(ge=1), Exact]
 PosFloat = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 NonNegFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-NonNegInt = Annotated[int, Field(ge=0)]
+NonNegInt = Annotated[int, Field(ge=0), Exact]
 
 
 def key(default: Any, description: str, unit: str | None = None) -> Any:
@@ -360,7 +374,7 @@ class OwnerSpec(_Strict):
                                     "fraction of the coefficients' rms")
     cap: PosInt | None = key(None, "Its answer cap m_i (split = \"capped\").", "answers")
     clock_rate: PosFloat | None = key(None, "Its Poisson clock rate.", "ticks per unit simulated time")
-    channel: Annotated[int, Field(ge=0)] | None = key(None, "Its channel (0-based).")
+    channel: Annotated[int, Field(ge=0), Exact] | None = key(None, "Its channel (0-based).")
     mean_online: PosFloat | None = key(None, "Mean length of its online periods.", "simulated time")
     mean_offline: PosFloat | None = key(None, "Mean length of its offline periods.", "simulated time")
     outages: list[Window] | None = key(None, "Its own offline windows.")
@@ -415,7 +429,7 @@ class Pilots(_Strict):
         "proxy", "What the pilots train on: the public proxy, or the owners' private records (an "
                  "oracle, outside any privacy accounting, labelled so in every output).")
 
-    levels: Annotated[int, Field(ge=2)] = key(5, "Budgets tried (geometrically spaced).", "budgets")
+    levels: Annotated[int, Field(ge=2), Exact] = key(5, "Budgets tried (geometrically spaced).", "budgets")
     subsets: PosInt = key(3, "Owner subsets tried: all owners, half, a quarter, …", "subsets")
     replications: PosInt = key(2, "Runs per pilot, each on its own seed.", "runs")
     epsilon_low: PosFloat = key(1.0, "The smallest pilot budget.", "ε (privacy loss)")
@@ -567,8 +581,9 @@ class Scenario(_Strict):
         if self.market is not None:
             table["privacy"].pop("epsilon", None)
             if self.market.mode == "static":  # a static market's file reads as before the market in time
-                for key in DYNAMIC_KEYS:
-                    table["market"].pop(key, None)
+                for key, unused in DYNAMIC_KEYS.items():  # (a sweep's base may set them for its cells)
+                    if table["market"].get(key) == unused:
+                        table["market"].pop(key)
         return table
 
     def to_toml(self) -> str:

@@ -9,27 +9,25 @@ would need against the memory there is. The bound is a lower one (the arrays the
 without), so nothing that fits is refused.
 
 ``DPMARKET_MEMORY`` (bytes, or with a unit: ``512M``, ``8G``) replaces the machine's memory, for a
-shared server's quota or for tests.
+shared server's quota or for tests; a value it cannot read is an error
+(:mod:`dpmarket.system.environment`).
 """
 
 from __future__ import annotations
 
 import os
 
-VARIABLE = "DPMARKET_MEMORY"
-UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+from dpmarket.system import environment
+
+VARIABLE = environment.MEMORY
 
 
 def available() -> int:
-    """The memory a run may use, in bytes: ``DPMARKET_MEMORY`` if set (and readable), else the
-    machine's physical memory."""
-    given = os.environ.get(VARIABLE, "").strip().upper().removesuffix("B").removesuffix("I")
-    if given:
-        number, unit = (given[:-1], given[-1]) if given[-1] in UNITS else (given, "")
-        try:
-            return max(1, int(float(number) * UNITS[unit]))
-        except ValueError:
-            pass  # unreadable: the machine's own memory decides
+    """The memory a run may use, in bytes: ``DPMARKET_MEMORY`` if set, else the machine's physical
+    memory."""
+    given = environment.read(VARIABLE)
+    if given is not None:
+        return given
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: no bound
@@ -51,5 +49,5 @@ def shortfall(needed: float, what: str) -> str | None:
     have = available()
     if needed <= have:
         return None
-    where = f"{VARIABLE} allows" if os.environ.get(VARIABLE, "").strip() else "this machine has"
+    where = f"{VARIABLE} allows" if environment.read(VARIABLE) is not None else "this machine has"
     return f"{what} would need at least {size(needed)} of memory; {where} {size(have)}"

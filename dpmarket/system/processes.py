@@ -5,6 +5,9 @@ outlives the process that started it.
   ``KeyboardInterrupt``, so everything that cleans up after Ctrl-C (staging directories, pools,
   the finished replications handed over) does so after SIGTERM too; the CLI exits 130 after
   Ctrl-C and 143 after SIGTERM (128 + the signal's number, as shells report a killed command).
+  A command started with SIGINT ignored — a script's background job (``dpmarket run … &``), which
+  POSIX shells start so — still ends on SIGINT: ``kill -INT`` then waited out a 30 s connect timeout
+  and exited 2. Its work is saved and resumable as after any interrupt.
 - :func:`held` delays both while a file is moved into place.
 - A helper process (a pool worker, the figure painter) ignores Ctrl-C — the terminal sends it to
   the whole process group, and the parent alone decides what an interrupt means — and dies with
@@ -43,15 +46,21 @@ def _raise_terminated(signum, frame) -> None:
 
 @contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
-    """Within the block (main thread only), SIGTERM raises :class:`Terminated`."""
+    """Within the block (main thread only), SIGTERM raises :class:`Terminated`, and SIGINT raises
+    ``KeyboardInterrupt`` even where the process was started with it ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    if ignored:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        if ignored:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 @contextmanager

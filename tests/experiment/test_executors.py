@@ -153,6 +153,40 @@ def test_a_signal_while_waiting_for_a_scheduler_ends_the_command(tiny_file, tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="POSIX signals")
+def test_an_interrupt_ends_a_command_started_with_sigint_ignored(tiny_file, tmp_path, mute_server):
+    """A script's background job (`dpmarket ... &`) starts with SIGINT ignored, as POSIX shells start
+    them: `kill -INT` was lost, and the command exited 2 once the connect timeout ran out (issue 43)."""
+    pytest.importorskip("distributed")
+    port = mute_server.getsockname()[1]
+    args = [sys.executable, "-m", "dpmarket", *sweep(tiny_file, tmp_path / "out", "--scheduler",
+                                                     f"tcp://127.0.0.1:{port}")]
+    proc = subprocess.Popen(args, env={**ENV, "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "20s"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    connection, _ = mute_server.accept()
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    connection.close()
+    assert (proc.returncode, err.strip()) == (130, "dpmarket: interrupted; nothing was written")
+
+
+def test_the_wait_for_a_scheduler_is_said_on_a_terminal(mute_server):
+    """An unreachable scheduler was 30 silent seconds before its error: the wait is a progress line
+    (after a second, on a terminal, cleared when it ends), saying what it waits for and how long at most."""
+    pytest.importorskip("distributed")
+    from dpmarket.system.progress import Terminal
+    from tests.system.test_progress import FakeTerminal
+
+    address = f"tcp://127.0.0.1:{mute_server.getsockname()[1]}"
+    stream = FakeTerminal()
+    with pytest.raises(ExecutorError, match="no Dask scheduler answered within 1.5 s"):
+        executors._probe(address, 1.5, Terminal(stream, delay=0.1))
+    text = stream.getvalue()
+    assert f"waiting for the Dask scheduler at {address} (giving up after 1.5 s)" in text, text
+    assert text.endswith("\r")  # cleared: the error is the one line left
+
+
 # --- an interrupt while waiting for results ---------------------------------------------------------
 
 def test_an_interrupt_inside_wait_leaves_no_futures_lock_held(monkeypatch):

@@ -105,3 +105,14 @@ def test_the_cache_key_ignores_prices_and_names_but_not_the_data():
     assert calibration.cache_key(tiny(market=OFFERED_MARKET, data={"features": 4})) != key
     assert calibration.cache_key(tiny(market=OFFERED_MARKET, seed=4)) != key
 
+
+
+def test_subsets_beyond_the_single_owner_are_not_enumerated():
+    """Subsets halve the owners: beyond log2(N) + 1 of them they repeat the single owner, and
+    market.pilots.subsets = 10**12 looped for ever making that set (issue 43)."""
+    from helpers import deadline
+
+    s = market_scenario(forecast=None, pilots={"levels": 2, "subsets": 10**12, "replications": 1})
+    with deadline(10):
+        plan = calibration.pilot_plan(s, 3)
+    assert sorted({len(p.members) for p in plan}) == [1, 2, 3] and len(plan) == 2 * 3

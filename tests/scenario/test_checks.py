@@ -262,3 +262,38 @@ def test_per_owner_records_make_no_sense_for_a_table(csv):
 def test_impossible_automatic_settings_are_refused_naming_the_key(sections, key):
     err = refusal(sections)
     assert err.key == key and "bad.toml" in str(err)
+
+
+# --- a sweep's base: the rules are checked on its cells (issue 43) -------------------------------------
+
+SWITCHED = ["--set", "market.pool=2", "--set", "market.arrival_rate=0.5", "--set", "learner.iterations=50"]
+
+
+def test_a_sweep_switching_a_static_scenario_to_dynamic_names_market_mode(tmp_path, capsys):
+    """The base (static by default, the market in time's keys given with --set) was checked alone and
+    refused naming market.arrival_rate, although the grid switches market.mode: each cell is checked
+    with its own mode, and the static one names market.mode, the key the grid changed."""
+    out = tmp_path / "out"
+    assert main(["sweep", "banks_market", "--grid", "market.mode=static,dynamic", *SWITCHED, "--out",
+                 str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("dpmarket: error: banks_market (with --grid market.mode=static): market.mode = 'static': "
+                   "market.arrival_rate = 0.5 is set, which only a market in time uses: remove it, or keep "
+                   "market.mode = 'dynamic'\n")
+    assert not out.exists()
+
+
+def test_a_sweep_whose_grid_makes_every_cell_dynamic_keeps_the_market_in_time_keys():
+    """--grid market.mode=dynamic on a static scenario was refused; its cells are dynamic with the pool
+    and arrival rate given (a static base's resolved table keeps the market in time's keys it sets)."""
+    from dpmarket.experiment.grid import parse_grid, resolve_cells
+    from dpmarket.scenario.bundled import find
+
+    texts = SWITCHED[1::2]
+    with pytest.raises(ScenarioError, match="market.arrival_rate = 0.5: only used with market.mode"):
+        load(find("banks_market"), texts)  # alone, as before: a static market with an arrival rate
+    base = load(find("banks_market"), texts, swept=True)
+    (cell,) = resolve_cells(base, parse_grid(["market.mode=dynamic"]), base.source)
+    m = cell.scenario.market
+    assert (m.mode, m.pool, m.arrival_rate) == ("dynamic", 2, 0.5)
+    assert "pool" not in load(find("banks_market")).resolved_table()["market"]  # a valid static market

@@ -4,6 +4,8 @@ tests/scenario/test_checks.py's."""
 
 from __future__ import annotations
 
+import typing
+
 import pytest
 from helpers import OFFERED_MARKET, refusal, tiny
 
@@ -66,3 +68,57 @@ def test_bad_market_values_are_scenario_errors_naming_the_key(change, key):
     with pytest.raises(ScenarioError) as err:
         tiny(**change)
     assert err.value.key == key
+
+
+# --- counts: every integer key is bounded by what numpy holds exactly (issue 43) ----------------------
+
+SEEDS = {("Scenario", "seed"), ("Data", "seed")}  # identifiers, not counts: numpy seeds from any integer
+
+
+def _integer_fields() -> list[tuple[type, str, object]]:
+    """(table, key, a value just beyond 2^53 of the key's form) for every integer key of the schema."""
+    from pydantic import BaseModel
+
+    from dpmarket.scenario.keys import _members, is_model
+    from dpmarket.scenario.schema import Scenario
+
+    found, todo, seen = [], [Scenario], set()
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            for member, _ in _members(field.annotation):
+                if is_model(member) and issubclass(member, BaseModel):
+                    todo.append(member)
+                elif member is int and (model.__name__, name) not in SEEDS:
+                    found.append((model, name, 2**53 + 1))
+                elif typing.get_origin(member) is list and typing.get_args(member)[0] is not float:
+                    inner = [m for m, _ in _members(typing.get_args(member)[0])]
+                    if int in inner:
+                        found.append((model, name, [2**53 + 1]))
+                    todo += [m for m in inner if is_model(m)]
+    return found
+
+
+@pytest.mark.parametrize("model, name, value", _integer_fields(),
+                         ids=lambda v: getattr(v, "__name__", str(v)))
+def test_every_integer_key_is_bounded_by_what_numpy_holds(model, name, value):
+    """learner.iterations = 10**40 was numpy's casting error deep inside a run, owners.0.records = 10**40
+    an OverflowError: every count a scenario gives is refused beyond 2^53, with the reason."""
+    from pydantic import ValidationError
+
+    from dpmarket.system.counts import BEYOND_EXACT
+
+    with pytest.raises(ValidationError) as caught:
+        model.model_validate({name: value})
+    mine = [e for e in caught.value.errors() if e["loc"][0] == name]
+    assert any(BEYOND_EXACT in e["msg"] for e in mine), mine
+
+
+def test_the_bound_is_named_in_the_scenario_error():
+    with pytest.raises(ScenarioError, match=r"learner.iterations = 9007199254740993: at most 2\^53 = "
+                                            r"9,007,199,254,740,992: numpy holds counts"):
+        tiny(learner={"iterations": 2**53 + 1})
+    assert tiny(learner={"iterations": 2**53}).learner.iterations == 2**53

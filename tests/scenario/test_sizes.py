@@ -100,3 +100,59 @@ def test_procurement_and_shapley_terms_are_lower_bounds_of_what_settling_allocat
         finally:
             tracemalloc.stop()
         assert estimate <= peak, (policy, estimate, peak)
+
+
+# --- issue 43: the owners' state with what each keeps, owners' own records, answer caps, pilots -----------
+
+@pytest.mark.parametrize("sets, needle", [
+    (["data.owners=10000000", "data.records=10"],
+     "data.owners = 10000000: the state of 10,000,000 owners keeping a 10 x 10 matrix each (X'X) would need "
+     "at least 26.8 GiB"),
+    (["owners=[{records=100000000000000}]"],
+     "owners.0.records = 100000000000000: the largest owner's 100,000,000,000,000 records of 10 features, "
+     "generated at once would need at least 8.53 PiB"),
+    (["learner.iterations=9007199254740992", "privacy.split='capped'"],
+     "learner.iterations = 9007199254740992: an answer cap from Binomial(9,007,199,254,740,992, share)'s pmf "
+     "(3,579,139,413 terms) would need at least 80 GiB"),
+    (["market.pilots.replications=1000000000"],
+     "market.pilots.replications = 1000000000: a forecast calibrated by 15,000,000,000 pilot runs (5 budgets "
+     "x 3 subsets x 1,000,000,000 replications) would need at least 2.05 TiB"),
+])
+def test_sizes_that_ran_for_hours_are_refused_when_validated(capsys, sets, needle):
+    """10^7 owners of 10 records (57 GB at tracemalloc's 5.8 kB per owner) ran for over a minute before
+    anything failed: the owners' state and the X'X each keeps are held together, so their sum is the
+    bound. An owner's own records were left out of the largest owner (an OverflowError), the answer caps'
+    pmf (80 GiB for 2^53 exchanges: numpy's MemoryError) and the pilots' plan were not counted."""
+    scenario = "banks_market" if "pilots" in sets[0] else "lending_banks"
+    args = ["validate", scenario, "--quiet"]
+    for text in sets:
+        args += ["--set", text]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert f": {needle} of memory; DPMARKET_MEMORY allows 16 GiB" in err and err.count("\n") == 1, err
+
+
+def test_the_answer_caps_and_pilots_terms_are_lower_bounds_of_what_they_allocate():
+    from dpmarket.privacy.mechanisms import binomial_quantile
+    from dpmarket.runs.pilots import pilot_plan
+
+    s = tiny(data={"owners": 3, "records": 50, "features": 3}, learner={"iterations": 10**11},
+             privacy={"split": "capped"})
+    (term,) = sizes.cap_terms(s, 3)
+    tracemalloc.start()
+    try:
+        binomial_quantile(0.9, 10**11, 1 / 3)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0 < term[2] <= peak, (term, peak)
+    s = tiny(data={"owners": 40, "records": 50, "features": 3},
+             market={"policy": "posted_price", "price": 1.0, "pilots": {"levels": 10, "replications": 20}})
+    term = sizes.pilot_term(s.market.pilots, 40)
+    tracemalloc.start()
+    try:
+        pilot_plan(s, 40)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert 0 < term[2] <= peak, (term, peak)

@@ -20,7 +20,6 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
     ``csv`` or ``markdown`` prints the answers' tables (:func:`dpmarket.output.timeline.questions`;
     only ``table`` if given) instead of the text summary."""
     from dpmarket.output.timeline import (
-        TimelineError,
         channel_table,
         format_tables,
         lanes_of,
@@ -31,12 +30,11 @@ def write(run_dir: str | Path, owners: str | None = None, t0: float | None = Non
         render_tables,
         select_owners,
         summary_of,
+        window,
     )
 
     run = load_run(run_dir)
-    start, stop = (0.0 if t0 is None else t0), (run.end if t1 is None else t1)
-    if stop <= start:
-        raise TimelineError(f"--from {start:g} --to {stop:g}: the window is empty")
+    start, stop = window(t0, t1, run.end)
     selected = select_owners(owners, list(run.owners["name"]))
     owner_rows = owner_table(run, selected, start, stop)
     name = output_name(owners, t0, t1)
