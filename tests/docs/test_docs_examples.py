@@ -6,6 +6,7 @@ import pytest
 from harness import DOCS, ROOT, blocks, console_commands, matches, normalise, pages, run_page
 
 
+@pytest.mark.slow  # every page's examples, run as a reader runs them: 2 minutes in all
 @pytest.mark.parametrize("page", pages(), ids=lambda p: str(p.relative_to(DOCS)))
 def test_page_examples(page, tmp_path):
     run_page(page, tmp_path)

@@ -47,6 +47,7 @@ def written(tmp_path_factory) -> dict[str, set[str]]:
     return produce(tmp_path_factory.mktemp("catalogue"))
 
 
+@pytest.mark.slow  # small runs of every command, to read what they write: 30 s
 def test_every_file_is_documented_and_written(written):
     docs = documented()
     for group in ("runs", "replications", "sweep", "market"):
@@ -65,6 +66,7 @@ def _covered(name: str, listed: set[str]) -> bool:
     return any(entry.endswith(".*") and name.startswith(entry[:-1]) for entry in listed)
 
 
+@pytest.mark.slow  # small runs of every command, to read what they write: 30 s
 def test_every_column_and_key_is_documented_and_written(written):
     docs = documented()
     checked = 0

@@ -17,6 +17,8 @@ import pytest
 from browser import serve
 from harness import ROOT
 
+pytestmark = pytest.mark.slow  # the site built strictly and opened in Chromium
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
@@ -44,7 +46,8 @@ def test_pages_render_in_a_browser(site, chromium_page):
     with serve(site) as base:
         for path, title in [("/", "dpmarket"), ("/tutorial/", "Tutorial"),
                             ("/reference/scenario-keys/", "Scenario keys"),
-                            ("/background/mathematics/", "The mathematics")]:
+                            ("/background/mathematics/", "The mathematics"),
+                            ("/reference/reproducibility/", "Reproducibility")]:
             page = chromium_page()
             page.goto(base + path, wait_until="networkidle")
             assert title in page.title(), (path, page.title())

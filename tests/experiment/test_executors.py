@@ -118,6 +118,7 @@ def start(tiny_file, out, address, **env) -> subprocess.Popen:
                             text=True)
 
 
+@pytest.mark.slow
 def test_a_scheduler_that_never_answers_is_given_up_within_the_connect_timeout(tiny_file, tmp_path,
                                                                               mute_server):
     """Dask's Client waited for ever on such a peer (its handshake has no deadline)."""

@@ -76,6 +76,7 @@ CELLS = 32
 EPSILONS = ",".join(str(2 ** (k / 4)) for k in range(CELLS))  # 1 … 215
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_finished_replications_and_a_rerun_completes_identically(tmp_path):
     """Independent of the machine's speed: 32 cells of 4 replications are 32 tasks (replayed, a task
     is a whole cell), and the sweep's process tree is frozen while the test sees the first saved task

@@ -294,6 +294,7 @@ def test_sigterm_on_a_sweep_keeps_finished_replications_like_ctrl_c(tmp_path):
     assert not list(out.rglob(".*")) and not hidden(tmp_path)
 
 
+@pytest.mark.slow
 @LINUX
 def test_ctrl_c_on_a_dask_sweep_is_one_line(tmp_path):
     pytest.importorskip("distributed")

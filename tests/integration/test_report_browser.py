@@ -15,6 +15,8 @@ from dpmarket.output.results import run_and_write
 from dpmarket.scenario.bundled import find
 from dpmarket.scenario.loading import load
 
+pytestmark = pytest.mark.slow  # report.html opened in Chromium
+
 LOAD_SECONDS = 5.0
 
 

@@ -120,6 +120,7 @@ def test_mobile_devices_with_a_market_that_cannot_fit_is_one_line(tmp_path, monk
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_mobile_devices_with_procurement_and_gaussian_basic_answers_gives_a_result(tmp_path, capsys):
     """The same options on 200 phones (on this machine the 10,000 of the red team's case ran 39 min of
     wall time under load, 11.6 GB at peak, with no traceback)."""
@@ -131,6 +132,7 @@ def test_mobile_devices_with_procurement_and_gaussian_basic_answers_gives_a_resu
     assert summary["policy"] == "procurement" and summary["participants"] > 0 and summary["iterations"] > 0
 
 
+@pytest.mark.slow
 def test_mobile_devices_in_a_dynamic_progress_market_ends(tmp_path):
     """The dynamic options on 200 phones, pay on compute, Laplace + PLD: the run ends (its T, or the
     stall rule), and every answer is a member's."""

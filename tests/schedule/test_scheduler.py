@@ -170,6 +170,7 @@ def test_nothing_ticks_while_every_owner_is_offline(tmp_path, monkeypatch, outag
     assert not any(asleep < r.time < outage_end for r in rows)  # nothing logged, no tick row
 
 
+@pytest.mark.slow
 def test_periods_paused_by_an_outage_resume_with_their_law(tmp_path):
     """2,000 owners with periods 2 on, 1 off (offline a third of the time) and an outage [0, w): at
     w each is offline with the periods' stationary probability 1/3 (the chain is stationary from

@@ -188,6 +188,7 @@ def peak_bytes(iterations: int) -> int:
     return peak
 
 
+@pytest.mark.slow
 def test_memory_does_not_grow_with_the_number_of_exchanges(monkeypatch):
     """Four times the updates, about the same peak memory (a whole tape would be four times larger:
     32 bytes per update and replication, 3.8 MB at 60,000 updates × 2)."""
@@ -196,6 +197,7 @@ def test_memory_does_not_grow_with_the_number_of_exchanges(monkeypatch):
     assert long < 1.3 * short and long - short < 1_000_000, (short, long)
 
 
+@pytest.mark.slow
 def test_the_bound_is_what_streaming_buys(monkeypatch):
     """The test above fails when the replay holds whole tapes (blocks as long as the runs)."""
     monkeypatch.setattr(replay_module, "CHUNK_LIMIT", 10**9)

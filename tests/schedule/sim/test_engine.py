@@ -517,6 +517,7 @@ JAMMED = {"mode": "request", "clock_rate": 1.0, "transmission_time": 2.0}  # wit
 # owner transmits two thirds of the time, so a request overlaps another with probability 1 - 3⁻²⁹
 
 
+@pytest.mark.slow
 def test_a_channel_that_loses_every_request_stalls_instead_of_running_for_ever(tmp_path):
     """Thirty owners whose requests last 2 time units against clocks of rate 1: each request overlaps
     another, so none is served and no ε is spent; without a horizon the run never ended. Now it stops
